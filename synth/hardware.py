@@ -1,0 +1,125 @@
+"""Hardware models as plain frozen data.
+
+A model is a hierarchy, outermost first: spatial *levels* (host, ranks, DPUs, tasklets; or
+system, cores) whose unit counts are fixed or symbolic, and *memories* placed in that
+hierarchy. The TOML files that describe built-in models live in `synth/hardware/` and are
+read by `synth.hwfile`. All costs are integers in picoseconds so that the solver and the
+plain-Python cost model compute exactly the same numbers.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from synth.errors import InputError
+from synth.workload import DType
+
+# Operation classes a compute table prices, per element. `base` is charged once per
+# iteration point (loads, stores, loop overhead); the rest per operation of that class.
+OP_CLASSES = ("base", "mov", "add", "mul", "div", "max", "exp", "log", "sqrt", "rsqrt",
+              "recip", "tanh")
+
+
+@dataclass(frozen=True)
+class Level:
+    """A level of spatial units: each unit of the level above holds `count` of these."""
+
+    name: str
+    symbol: str | None  # the count's variable (R, D, T, P); None for the root
+    count_min: int
+    count_max: int
+    # > 1 when units share their parent's pipeline, which needs this many of them to issue
+    # one instruction per cycle (UPMEM tasklets: 11). 1 means units are independent.
+    issue_share: int = 1
+
+    @property
+    def is_root(self) -> bool:
+        return self.symbol is None
+
+
+@dataclass(frozen=True)
+class TransferRules:
+    """Rules for one transfer between a memory and its parent."""
+
+    min_bytes: int = 1
+    max_bytes: int | None = None  # larger transfers are split into chunks of at most this
+    multiple: int = 1  # a transfer's size is padded up to a multiple of this
+    align: int = 1  # byte alignment of both ends of a transfer
+
+
+@dataclass(frozen=True)
+class Memory:
+    name: str
+    level: str  # tiles here belong to one unit of this level (its place in the hierarchy)
+    instance_level: str  # one physical instance per unit of this level (shared when outer)
+    capacity: int  # bytes per instance
+    reserved: int  # bytes per instance that buffers may not use (stacks, runtime)
+    symbol: str  # name of the sequential loop at this memory (M for MRAM, Q for WRAM, ...)
+    rules: TransferRules  # transfers between this memory and its parent
+    latency_ps: int  # fixed cost of one transfer from or to the parent memory
+    ps_per_byte: int  # cost per byte of such a transfer
+    shared_by: str  # units of this level each own one transfer engine; transfers below serialise
+
+    @property
+    def usable(self) -> int:
+        return self.capacity - self.reserved
+
+
+@dataclass(frozen=True)
+class Compute:
+    """The cost of arithmetic on one unit of a level."""
+
+    clock_hz: int
+    cycles: Mapping[str, Mapping[str, float]]  # dtype name -> op class -> cycles per element
+
+    @property
+    def cycle_ps(self) -> int:
+        return round(1e12 / self.clock_hz)
+
+    def point_ps(self, ops: Counter[str], dtype: DType) -> int:
+        """Picoseconds for one iteration point doing `ops` in `dtype`."""
+        table = self.cycles.get(dtype.value)
+        if table is None:
+            raise InputError(f"the hardware model has no compute costs for dtype {dtype.value}")
+        cycles = table["base"] + sum(table[op] * n for op, n in ops.items())
+        return max(1, round(cycles * 1e12 / self.clock_hz))
+
+
+@dataclass(frozen=True)
+class Hardware:
+    name: str
+    levels: tuple[Level, ...]  # outermost first; levels[0] is the root, count 1
+    memories: tuple[Memory, ...]  # outermost first; memories[0] is at the root, holds tensors
+    compute: Compute  # the innermost level's units
+    host: Compute  # the root: combines of partial results run here
+    launch_ps: int  # fixed cost of starting a kernel once
+    source: str = ""  # file it was read from
+
+    @property
+    def root(self) -> Level:
+        return self.levels[0]
+
+    @property
+    def root_memory(self) -> Memory:
+        return self.memories[0]
+
+    def level(self, name: str) -> Level:
+        for lvl in self.levels:
+            if lvl.name == name:
+                return lvl
+        raise KeyError(name)
+
+    def memory(self, name: str) -> Memory:
+        for mem in self.memories:
+            if mem.name == name:
+                return mem
+        raise KeyError(name)
+
+    def level_index(self, name: str) -> int:
+        return [lvl.name for lvl in self.levels].index(name)
+
+    @property
+    def count_symbols(self) -> tuple[str, ...]:
+        return tuple(lvl.symbol for lvl in self.levels if lvl.symbol is not None)
