@@ -1,0 +1,357 @@
+"""The cost model and the constraints of the schedule space, built once as terms.
+
+Every number here is an integer in picoseconds or bytes. The same terms are lowered into
+CP-SAT and evaluated in plain Python (`evaluate_cost`), so the solver optimises exactly
+the cost that is reported for a decoded schedule.
+
+The model, per kernel:
+- compute: iteration points per innermost unit (padding included) x the statement's cost
+  per point, stretched when units share a pipeline that needs more of them (UPMEM: 11);
+- transfers: for each memory below the root and each tensor the kernel touches, the
+  number of times its tile moves (see `copy_loops`) x (latency per DMA operation +
+  bytes x cost per byte), serialised over the units that share one transfer engine;
+- combine: when a reduced dimension is split across units, the partial results are
+  combined on the host;
+- launch: a fixed cost per start of the kernel (per iteration of the root loop).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from synth.constraints import expr as ex
+from synth.constraints.space import (
+    ConstraintSet,
+    Factors,
+    KernelSpec,
+    NamedConstraint,
+    Slot,
+    SlotKind,
+    TensorUse,
+    build_factors,
+    hierarchy_slots,
+)
+from synth.hardware import Hardware, Memory
+from synth.workload import Workload, op_classes
+
+
+@dataclass(frozen=True)
+class Loop:
+    """One sequential loop of a kernel's nest: a dimension at a temporal slot."""
+
+    slot: int
+    dim: str
+
+
+@dataclass(frozen=True)
+class CopyLoops:
+    """The sequential loops around the copy of one tensor into one memory.
+
+    `fixed` loops always enclose the copy (they are outside a parallel loop the copy must
+    sit inside). Each `optional` loop encloses it only if the copy cannot be hoisted above
+    it: that is, if this loop or a later optional one walks the tensor (indexes it with a
+    factor > 1). Hoisting is what keeps an accumulator resident across a reduction loop.
+    """
+
+    fixed: tuple[Loop, ...]
+    optional: tuple[Loop, ...]
+
+
+def copy_loops(slots: Sequence[Slot], kernel: KernelSpec, mem_slot: int) -> CopyLoops:
+    last_spatial = max((i for i in range(mem_slot) if slots[i].kind is SlotKind.SPATIAL),
+                       default=-1)
+    loops = [Loop(i, d) for i in range(mem_slot) if slots[i].kind is SlotKind.TEMPORAL
+             for d in kernel.dims]
+    return CopyLoops(tuple(lp for lp in loops if lp.slot < last_spatial),
+                     tuple(lp for lp in loops if lp.slot > last_spatial))
+
+
+# ---------------------------------------------------------------- per-kernel terms
+
+
+@dataclass(frozen=True)
+class KernelTerms:
+    """Shorthands over one kernel's factors."""
+
+    kernel: KernelSpec
+    factors: Factors
+    hw: Hardware
+
+    @property
+    def slots(self) -> tuple[Slot, ...]:
+        return self.factors.slots
+
+    def f(self, dim: str, slot: int) -> ex.Int:
+        return self.factors.of(self.kernel.name, dim, slot)
+
+    def tile(self, dim: str, slot: int) -> ex.Int:
+        return self.factors.tile(self.kernel.name, dim, slot)
+
+    def units(self, slot: int, dims: Sequence[str] | None = None) -> ex.Int:
+        """How many units of a spatial slot the kernel uses (over `dims`, default all)."""
+        return ex.mul(*(self.f(d, slot) for d in (dims if dims is not None else
+                                                   self.kernel.dims)))
+
+    def spatial_between(self, outer_level: int, inner_level: int) -> list[int]:
+        """Spatial slots of levels strictly below `outer_level`, down to `inner_level`."""
+        return [i for i, s in enumerate(self.slots) if s.kind is SlotKind.SPATIAL
+                and outer_level < s.level_index <= inner_level]
+
+    def spatial_inside(self, slot: int) -> list[int]:
+        return [i for i in range(slot + 1, len(self.slots))
+                if self.slots[i].kind is SlotKind.SPATIAL]
+
+    def partials(self, slot: int) -> ex.Int:
+        """Separate partial results of the written tile at memory slot `slot`: one per unit
+        below it that holds its own share of a reduced dimension."""
+        return ex.mul(*(self.units(s, self.kernel.reduced) for s in self.spatial_inside(slot)))
+
+    def sequential_points(self) -> ex.Int:
+        """Iteration points one innermost unit runs (padding included)."""
+        return ex.mul(*(self.f(d, i) for i, s in enumerate(self.slots)
+                        if s.kind is SlotKind.TEMPORAL for d in self.kernel.dims))
+
+
+@dataclass(frozen=True)
+class Buffer:
+    """The terms describing one tensor's buffer in one memory."""
+
+    elements: ex.Int
+    bytes: ex.Int  # allocated, runs padded to the transfer multiple
+    dma_ops: ex.Int  # transfer operations to move it once
+
+
+def buffer_terms(kt: KernelTerms, use: TensorUse, mem: Memory, slot: int,
+                 itemsize: int) -> Buffer:
+    tiles = [kt.tile(d, slot) for d in use.indices]
+    partials = kt.partials(slot) if use.written else ex.ONE
+    run_elems = tiles[-1] if tiles else ex.ONE
+    runs = ex.mul(partials, *tiles[:-1])
+    rules = mem.rules
+    padded_run = ex.mul(rules.multiple, ex.ceil_div(ex.mul(run_elems, itemsize), rules.multiple))
+    chunks = ex.ceil_div(padded_run, rules.max_bytes) if rules.max_bytes else ex.ONE
+    return Buffer(elements=ex.mul(partials, *tiles), bytes=ex.mul(runs, padded_run),
+                  dma_ops=ex.mul(runs, chunks))
+
+
+def transfer_count(kt: KernelTerms, use: TensorUse, slot: int) -> ex.Int:
+    """How many times one unit moves this tensor's tile into (or out of) memory `slot`."""
+    loops = copy_loops(kt.slots, kt.kernel, slot)
+    factors = [kt.f(lp.dim, lp.slot) for lp in loops.fixed]
+    for pos, loop in enumerate(loops.optional):
+        walks_later = ex.any_of(ex.greater_than_one(kt.f(lp.dim, lp.slot))
+                                for lp in loops.optional[pos:] if lp.dim in use.indices)
+        factors.append(ex.select(walks_later, kt.f(loop.dim, loop.slot), 1))
+    return ex.mul(*factors)
+
+
+# ---------------------------------------------------------------- the builder
+
+
+@dataclass(frozen=True)
+class Model:
+    """The schedule space of one workload on one hardware model."""
+
+    workload: Workload
+    hw: Hardware
+    kernels: tuple[KernelSpec, ...]
+    factors: Factors
+    constraints: ConstraintSet
+
+    @property
+    def slots(self) -> tuple[Slot, ...]:
+        return self.factors.slots
+
+
+def build_model(workload: Workload, hw: Hardware, kernels: Sequence[KernelSpec],
+                extra: Sequence[NamedConstraint] = ()) -> Model:
+    slots = hierarchy_slots(hw)
+    factors = build_factors(kernels, hw, slots)
+    terms = [KernelTerms(k, factors, hw) for k in kernels]
+    constraints: list[NamedConstraint] = []
+    for kt in terms:
+        constraints += tiling_constraints(kt)
+        constraints += capacity_constraints(kt, workload)
+        constraints += transfer_rule_constraints(kt, workload)
+    definitions, count_constraints = unit_counts(terms, hw)
+    constraints += count_constraints
+    breakdown: dict[str, ex.Int] = {}
+    for kt in terms:
+        for part, term in kernel_cost(kt, workload).items():
+            breakdown[part] = ex.add(breakdown.get(part, ex.ZERO), term)
+    cset = ConstraintSet(decisions=factors.domains, definitions=definitions,
+                         constraints=tuple(constraints) + tuple(extra),
+                         objective=ex.add(*breakdown.values()), breakdown=breakdown,
+                         caps=factors.caps)
+    return Model(workload, hw, tuple(kernels), factors, cset)
+
+
+# ---------------------------------------------------------------- constraint families
+
+
+def tiling_constraints(kt: KernelTerms) -> list[NamedConstraint]:
+    """Tiles never exceed the dimension (the root loop's ceil covers the rest)."""
+    out = []
+    root = _root_slot(kt)
+    for dim in kt.kernel.dims:
+        inner = ex.mul(*(kt.f(dim, s) for s in range(len(kt.slots)) if s != root))
+        if not isinstance(inner, ex.Const):
+            extent = kt.kernel.extents[dim]
+            out.append(NamedConstraint(
+                "tiling", f"kernel {kt.kernel.name}: tiles of {dim} fit its extent {extent}",
+                ex.Cmp(inner, "<=", ex.const(extent))))
+    return out
+
+
+def capacity_constraints(kt: KernelTerms, workload: Workload) -> list[NamedConstraint]:
+    """Per memory instance, the kernel's live tiles fit the usable capacity."""
+    out = []
+    for slot, mem in _memory_slots(kt):
+        instance = kt.hw.level_index(mem.instance_level)
+        copies = ex.mul(*(kt.units(s) for s in kt.spatial_between(instance,
+                                                                   kt.slots[slot].level_index)))
+        used = ex.add(*(buffer_terms(kt, use, mem, slot,
+                                     workload.tensors[use.tensor].dtype.itemsize).bytes
+                        for use in kt.kernel.uses))
+        out.append(NamedConstraint(
+            f"capacity.{mem.name}",
+            f"kernel {kt.kernel.name}: tiles in one {mem.name} fit {mem.usable} bytes",
+            ex.Cmp(ex.mul(copies, used), "<=", ex.const(mem.usable))))
+    return out
+
+
+def transfer_rule_constraints(kt: KernelTerms, workload: Workload) -> list[NamedConstraint]:
+    """Each transfer's contiguous run is at least the minimum size and starts aligned."""
+    out = []
+    for slot, mem in _memory_slots(kt):
+        rules = mem.rules
+        for use in kt.kernel.uses:
+            itemsize = workload.tensors[use.tensor].dtype.itemsize
+            run = ex.mul(kt.tile(use.indices[-1], slot), itemsize) if use.indices \
+                else ex.const(itemsize)
+            padded = ex.mul(rules.multiple, ex.ceil_div(run, rules.multiple))
+            where = f"kernel {kt.kernel.name}: {use.tensor} into {mem.name}"
+            if rules.min_bytes > rules.multiple:
+                out.append(NamedConstraint(
+                    f"transfer.{mem.name}", f"{where}: a run is at least {rules.min_bytes} B",
+                    ex.Cmp(padded, ">=", ex.const(rules.min_bytes))))
+            if rules.align > 1 and use.indices:
+                whole_row = ex.Cmp(kt.tile(use.indices[-1], slot), "==",
+                                   kt.tile(use.indices[-1], _parent_slot(kt, slot)))
+                aligned = ex.Cmp(ex.mul(rules.align, ex.ceil_div(run, rules.align)), "==", run)
+                out.append(NamedConstraint(
+                    f"transfer.{mem.name}",
+                    f"{where}: runs start {rules.align}-byte aligned",
+                    ex.AnyOf((aligned, whole_row))))
+    return out
+
+
+def unit_counts(terms: Sequence[KernelTerms], hw: Hardware
+                ) -> tuple[dict[str, ex.Int], list[NamedConstraint]]:
+    """Each symbolic count (R, D, T, ...) is the most units any kernel uses at its level:
+    the runtime allocates them once for the whole program. The limit is stated per
+    kernel, so kernels that nothing else ties together stay independent sub-problems."""
+    definitions: dict[str, ex.Int] = {}
+    constraints = []
+    slots = terms[0].slots if terms else ()
+    for slot_index, slot in enumerate(slots):
+        if slot.kind is not SlotKind.SPATIAL:
+            continue
+        level = hw.levels[slot.level_index]
+        usages = [kt.units(slot_index) for kt in terms]
+        definitions[slot.symbol] = ex.maximum(level.count_min, *usages)
+        for kt, used in zip(terms, usages, strict=True):
+            if not isinstance(used, ex.Const) or used.value > level.count_max:
+                constraints.append(NamedConstraint(
+                    f"count.{level.name}",
+                    f"kernel {kt.kernel.name}: at most {level.symbol} <= {level.count_max} "
+                    f"{level.name} units", ex.Cmp(used, "<=", ex.const(level.count_max))))
+    return definitions, constraints
+
+
+# ---------------------------------------------------------------- cost
+
+
+def kernel_cost(kt: KernelTerms, workload: Workload) -> dict[str, ex.Int]:
+    """The parts of one kernel's modelled time, keyed like the JSON breakdown."""
+    parts: dict[str, ex.Int] = {
+        "compute": compute_cost(kt),
+        "launch": ex.mul(kt.hw.launch_ps, *(kt.f(d, _root_slot(kt)) for d in kt.kernel.dims)),
+        "combine": combine_cost(kt, workload),
+    }
+    for slot, mem in _memory_slots(kt):
+        parent = kt.hw.memories[kt.hw.memories.index(mem) - 1]
+        parts[f"transfer:{parent.name}->{mem.name}"] = transfer_cost(kt, workload, mem, slot)
+    return parts
+
+
+def compute_cost(kt: KernelTerms) -> ex.Int:
+    point_ps = sum(kt.hw.compute.point_ps(statement_ops(s), s.dtype)
+                   for s in kt.kernel.statements)
+    stretch: list[ex.Int] = []
+    for i, slot in enumerate(kt.slots):
+        level = kt.hw.levels[slot.level_index]
+        if slot.kind is SlotKind.SPATIAL and level.issue_share > 1:
+            stretch.append(ex.maximum(level.issue_share, kt.units(i)))
+    return ex.mul(point_ps, kt.sequential_points(), *stretch)
+
+
+def statement_ops(stmt) -> Counter[str]:  # type: ignore[no-untyped-def]
+    ops = op_classes(stmt.expr)
+    ops[stmt.op.op_class] += 1
+    return ops
+
+
+def transfer_cost(kt: KernelTerms, workload: Workload, mem: Memory, slot: int) -> ex.Int:
+    shared = kt.hw.level_index(mem.shared_by)
+    serial = ex.mul(*(kt.units(s) for s in kt.spatial_between(shared,
+                                                              kt.slots[slot].level_index)))
+    total: list[ex.Int] = []
+    for use in kt.kernel.uses:
+        buf = buffer_terms(kt, use, mem, slot, workload.tensors[use.tensor].dtype.itemsize)
+        once = ex.add(ex.mul(mem.latency_ps, buf.dma_ops), ex.mul(mem.ps_per_byte, buf.bytes))
+        directions = int(use.read) + int(use.written)
+        total.append(ex.scale(once, directions, transfer_count(kt, use, slot)))
+    return ex.scale(ex.add(*total), serial)
+
+
+def combine_cost(kt: KernelTerms, workload: Workload) -> ex.Int:
+    """Combining partial results on the host: one op per partial per output element."""
+    total: list[ex.Int] = []
+    spatial = [i for i, s in enumerate(kt.slots) if s.kind is SlotKind.SPATIAL]
+    for stmt in kt.kernel.statements:
+        if not stmt.reduced:
+            continue
+        partials = ex.mul(*(kt.units(s, stmt.reduced) for s in spatial))
+        tensor = workload.tensors[stmt.target]
+        per_elem = kt.hw.host.point_ps(Counter({stmt.op.op_class: 1}), stmt.dtype)
+        elements = 1
+        for n in tensor.shape:
+            elements *= n
+        total.append(ex.select(ex.greater_than_one(partials),
+                               ex.mul(per_elem, elements, partials), 0))
+    return ex.add(*total)
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def _root_slot(kt: KernelTerms) -> int:
+    return next(i for i, s in enumerate(kt.slots) if s.name == kt.hw.root_memory.name)
+
+
+def _memory_slots(kt: KernelTerms) -> list[tuple[int, Memory]]:
+    """(slot index, memory) for every memory below the root."""
+    return [(i, kt.hw.memory(s.name)) for i, s in enumerate(kt.slots)
+            if s.kind is SlotKind.TEMPORAL and s.name != kt.hw.root_memory.name]
+
+
+def _parent_slot(kt: KernelTerms, slot: int) -> int:
+    return max(i for i in range(slot) if kt.slots[i].kind is SlotKind.TEMPORAL)
+
+
+def evaluate_cost(model: Model, env: dict[str, int]) -> dict[str, int]:
+    """The cost breakdown of a complete assignment, in plain Python."""
+    return {part: ex.evaluate(term, env) for part, term in model.constraints.breakdown.items()}

@@ -1,0 +1,247 @@
+"""Lower a ConstraintSet to CP-SAT and solve it to proven optimality.
+
+Every term becomes at most one auxiliary variable (shared when the same term appears
+twice), with bounds from interval arithmetic. Products become multiplication
+equalities, ceilings division equalities, and each reified condition is written in both
+directions so the boolean means exactly the condition.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+
+from ortools.sat.python import cp_model
+
+from synth.constraints import expr as ex
+from synth.constraints.result import SolveResult, Status
+from synth.constraints.decompose import components
+from synth.constraints.space import ConstraintSet
+
+SEED = 0  # fixed, so the same input gives the same schedule
+# Auxiliary variables are bounded by interval arithmetic; where that bound is looser than
+# this (about ten hours in picoseconds), it is cut here so that sums of many terms stay
+# within 64-bit integers. No schedule worth finding has a cost term that large.
+MAX_VALUE = 2**55
+
+Linear = cp_model.LinearExprT
+
+
+class Lowering:
+    """One CP-SAT model for one ConstraintSet."""
+
+    def __init__(self, cset: ConstraintSet) -> None:
+        self.cset = cset
+        self.model = cp_model.CpModel()
+        self.vars: dict[str, cp_model.IntVar] = {}
+        self.bounds: dict[str, tuple[int, int]] = {}
+        self._aux: dict[ex.Int, cp_model.IntVar] = {}
+        self._bools: dict[ex.Cond, cp_model.IntVar] = {}
+        self._declare_decisions()
+        self._declare_definitions()
+
+    # -- variables --------------------------------------------------------------
+
+    def _declare_decisions(self) -> None:
+        for name, values in self.cset.decisions.items():
+            domain = cp_model.Domain.FromValues(list(values))
+            self.vars[name] = self.model.NewIntVarFromDomain(domain, name)
+            self.bounds[name] = (values[0], values[-1])
+
+    def _declare_definitions(self) -> None:
+        for name, term in self.cset.definitions.items():
+            lo, hi = ex.bounds(term, self.bounds, self.cset.caps)
+            lo, hi = min(lo, MAX_VALUE), min(hi, MAX_VALUE)
+            var = self.model.NewIntVar(lo, hi, name)
+            self.model.Add(var == self.linear(term))
+            self.vars[name] = var
+            self.bounds[name] = (lo, hi)
+
+    def _new_aux(self, term: ex.Int) -> cp_model.IntVar:
+        lo, hi = ex.bounds(term, self.bounds, self.cset.caps)
+        return self.model.NewIntVar(min(lo, MAX_VALUE), min(hi, MAX_VALUE), "")
+
+    # -- integer terms ----------------------------------------------------------
+
+    def linear(self, term: ex.Int) -> Linear:
+        """A linear expression equal to `term` (auxiliary variables for non-linear parts)."""
+        if isinstance(term, ex.Const):
+            return term.value
+        if isinstance(term, ex.Var):
+            return self.vars[term.name]
+        if isinstance(term, ex.Sum):
+            return sum((self.linear(t) for t in term.terms), 0)
+        if isinstance(term, ex.Prod):
+            coeff, rest = _split_coefficient(term)
+            if len(rest) == 1:
+                return coeff * self.linear(rest[0])
+            return coeff * self.var_of(ex.Prod(tuple(rest)))
+        return self.var_of(term)
+
+    def var_of(self, term: ex.Int) -> cp_model.IntVar:
+        """A variable equal to `term`, created once per distinct term."""
+        if isinstance(term, ex.Var):
+            return self.vars[term.name]
+        if term in self._aux:
+            return self._aux[term]
+        aux = self._new_aux(term)
+        self._constrain(aux, term)
+        self._aux[term] = aux
+        return aux
+
+    def _constrain(self, aux: cp_model.IntVar, term: ex.Int) -> None:
+        model = self.model
+        if isinstance(term, ex.Prod):
+            coeff, rest = _split_coefficient(term)
+            if coeff != 1 or len(rest) == 1:
+                model.Add(aux == self.linear(term))
+            else:
+                # pairwise, so each intermediate product has tight bounds
+                head = self.var_of(rest[0]) if len(rest) == 2 else self.var_of(
+                    ex.Prod(tuple(rest[:-1])))
+                model.AddMultiplicationEquality(aux, [head, self.var_of(rest[-1])])
+        elif isinstance(term, ex.Max):
+            model.AddMaxEquality(aux, [self.linear(a) for a in term.args])
+        elif isinstance(term, ex.CeilDiv):
+            num = self.var_of(ex.add(term.num, term.den, -1))
+            model.AddDivisionEquality(aux, num, self.var_of(term.den))
+        elif isinstance(term, ex.Select):
+            chosen = self.bool_of(term.cond)
+            model.Add(aux == self.linear(term.then)).OnlyEnforceIf(chosen)
+            model.Add(aux == self.linear(term.other)).OnlyEnforceIf(chosen.Not())
+        else:
+            model.Add(aux == self.linear(term))
+
+    # -- conditions -------------------------------------------------------------
+
+    def bool_of(self, cond: ex.Cond) -> cp_model.IntVar:
+        """A boolean variable that is true exactly when `cond` holds."""
+        if cond in self._bools:
+            return self._bools[cond]
+        b = self.model.NewBoolVar("")
+        if isinstance(cond, ex.AnyOf):
+            parts = [self.bool_of(c) for c in cond.conds]
+            # b -> some part holds;  each part -> b
+            self.model.AddBoolOr(parts).OnlyEnforceIf(b)
+            for part in parts:
+                self.model.AddImplication(part, b)
+        else:
+            # b -> lhs OP rhs;  not b -> the negation
+            self.model.Add(_compare(self.linear(cond.lhs), cond.op,
+                                    self.linear(cond.rhs))).OnlyEnforceIf(b)
+            self.model.Add(_compare(self.linear(cond.lhs), _NEGATION[cond.op],
+                                    self.linear(cond.rhs))).OnlyEnforceIf(b.Not())
+        self._bools[cond] = b
+        return b
+
+    def require(self, cond: ex.Cond, enforce: cp_model.IntVar | None = None) -> None:
+        """Add `cond` as a hard constraint (only under `enforce` when given)."""
+        if isinstance(cond, ex.AnyOf):
+            ct = self.model.AddBoolOr([self.bool_of(c) for c in cond.conds])
+        else:
+            ct = self.model.Add(_compare(self.linear(cond.lhs), cond.op, self.linear(cond.rhs)))
+        if enforce is not None:
+            ct.OnlyEnforceIf(enforce)
+
+
+_NEGATION = {"<=": ">", ">=": "<", "<": ">=", ">": "<=", "==": "!="}
+
+
+def _compare(lhs: Linear, op: str, rhs: Linear) -> cp_model.BoundedLinearExpression:
+    if op == "<=":
+        return lhs <= rhs
+    if op == ">=":
+        return lhs >= rhs
+    if op == "<":
+        return lhs < rhs
+    if op == ">":
+        return lhs > rhs
+    if op == "==":
+        return lhs == rhs
+    return lhs != rhs
+
+
+def _split_coefficient(term: ex.Prod) -> tuple[int, list[ex.Int]]:
+    coeff = 1
+    rest: list[ex.Int] = []
+    for f in term.factors:
+        if isinstance(f, ex.Const):
+            coeff *= f.value
+        else:
+            rest.append(f)
+    return coeff, rest
+
+
+# ---------------------------------------------------------------- solving
+
+
+def solve(cset: ConstraintSet, time_limit_s: float = 30.0, workers: int = 1) -> SolveResult:
+    """Minimise the objective of `cset`: status, solution and proven bound.
+
+    Independent parts are solved one by one (see `decompose`); one worker and a fixed
+    seed make the result deterministic."""
+    start = time.perf_counter()
+    parts = components(cset)
+    decisions: dict[str, int] = {}
+    objective = bound = 0
+    statuses = []
+    stats: dict[str, int] = {"components": len(parts), "branches": 0, "conflicts": 0}
+    for part in parts:
+        remaining = max(0.01, time_limit_s - (time.perf_counter() - start))
+        result = _solve_part(part, remaining, workers)
+        statuses.append(result.status)
+        for key in ("branches", "conflicts"):
+            stats[key] += int(result.stats.get(key, 0))
+        if result.env is None:
+            return SolveResult("cpsat", result.status, time.perf_counter() - start, stats=stats)
+        decisions.update({n: result.env[n] for n in part.decisions})
+        objective += result.objective or 0
+        bound += result.bound or 0
+    status = Status.OPTIMAL if all(s is Status.OPTIMAL for s in statuses) else Status.FEASIBLE
+    env = cset.complete(decisions)
+    return SolveResult("cpsat", status, time.perf_counter() - start, env, objective, bound, stats)
+
+
+def _solve_part(cset: ConstraintSet, time_limit_s: float, workers: int) -> SolveResult:
+    if not cset.decisions:  # nothing to decide: every constraint is about constants
+        ok = not cset.violated({})
+        value = ex.evaluate(cset.objective, {})
+        if not ok:
+            return SolveResult("cpsat", Status.INFEASIBLE, 0.0)
+        return SolveResult("cpsat", Status.OPTIMAL, 0.0, {}, value, value)
+    start = time.perf_counter()
+    lowering = Lowering(cset)
+    for constraint in cset.constraints:
+        lowering.require(constraint.cond)
+    lowering.model.Minimize(lowering.linear(cset.objective))
+    solver = _solver(time_limit_s, workers)
+    code = solver.Solve(lowering.model)
+    return _result(solver, code, lowering, time.perf_counter() - start)
+
+
+def _solver(time_limit_s: float, workers: int) -> cp_model.CpSolver:
+    solver = cp_model.CpSolver()
+    solver.parameters.max_time_in_seconds = time_limit_s
+    solver.parameters.random_seed = SEED
+    solver.parameters.num_workers = workers
+    return solver
+
+
+def _result(solver: cp_model.CpSolver, code: int, lowering: Lowering,
+            wall: float) -> SolveResult:
+    stats = {"branches": solver.NumBranches(), "conflicts": solver.NumConflicts()}
+    if code in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        decisions = {n: solver.Value(lowering.vars[n]) for n in lowering.cset.decisions}
+        env = lowering.cset.complete(decisions)
+        status = Status.OPTIMAL if code == cp_model.OPTIMAL else Status.FEASIBLE
+        return SolveResult("cpsat", status, wall, env, int(solver.ObjectiveValue()),
+                           int(solver.BestObjectiveBound()), stats)
+    if code == cp_model.INFEASIBLE:
+        return SolveResult("cpsat", Status.INFEASIBLE, wall, stats=stats)
+    if code == cp_model.UNKNOWN:
+        return SolveResult("cpsat", Status.TIMEOUT, wall, stats=stats)
+    raise RuntimeError(f"CP-SAT rejected the model: {solver.StatusName(code)}")
+
+
+def values_of(result: SolveResult) -> Mapping[str, int]:
+    return result.env or {}

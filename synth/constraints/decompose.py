@@ -1,0 +1,91 @@
+"""Split a constraint set into independent sub-problems.
+
+The objective is a sum; when no constraint ties the variables of two sums together (one
+kernel's tiling does not constrain another's unless, say, a user constraint on a shared
+count does), each group can be minimised alone and the optima add up. This is exact, and
+it keeps the search of a many-kernel program the sum, not the product, of its kernels'.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from synth.constraints import expr as ex
+from synth.constraints.space import ConstraintSet, NamedConstraint
+
+
+def components(cset: ConstraintSet) -> list[ConstraintSet]:
+    """Independent parts of `cset` whose optima add up to the optimum of the whole.
+
+    Definitions are inlined, so each part mentions decisions only."""
+    cset = inline_definitions(cset)
+    depends = _decision_dependencies(cset)
+    parent = {name: name for name in cset.decisions}
+
+    def find(name: str) -> str:
+        while parent[name] != name:
+            parent[name] = parent[parent[name]]
+            name = parent[name]
+        return name
+
+    def union(names: Iterable[str]) -> None:
+        roots = [find(n) for n in names]
+        for other in roots[1:]:
+            parent[other] = roots[0]
+
+    def decisions_of(node: ex.Int | ex.Cond) -> set[str]:
+        out: set[str] = set()
+        for name in ex.variables(node):
+            out |= depends.get(name, {name})
+        return out
+
+    for constraint in cset.constraints:
+        union(decisions_of(constraint.cond))
+    terms = cset.objective.terms if isinstance(cset.objective, ex.Sum) else (cset.objective,)
+    for term in terms:
+        union(decisions_of(term))
+
+    groups: dict[str, list[str]] = {}
+    for name in cset.decisions:
+        groups.setdefault(find(name), []).append(name)
+    parts = []
+    for names in groups.values():
+        members = set(names)
+        parts.append(ConstraintSet(
+            decisions={n: cset.decisions[n] for n in names},
+            definitions={},
+            constraints=tuple(c for c in cset.constraints
+                              if decisions_of(c.cond) & members),
+            objective=ex.add(*(t for t in terms if decisions_of(t) & members)),
+            caps=cset.caps,
+        ))
+    constant = ex.add(*(t for t in terms if not decisions_of(t)))
+    if parts and constant != ex.ZERO:
+        first = parts[0]
+        parts[0] = ConstraintSet(first.decisions, first.definitions, first.constraints,
+                                 ex.add(first.objective, constant), caps=cset.caps)
+    return parts
+
+
+def _decision_dependencies(cset: ConstraintSet) -> dict[str, set[str]]:
+    """For each defined variable, the decisions it is computed from."""
+    depends: dict[str, set[str]] = {}
+    for name, term in cset.definitions.items():
+        found: set[str] = set()
+        for var in ex.variables(term):
+            found |= depends.get(var, {var})
+        depends[name] = found
+    return depends
+
+
+def inline_definitions(cset: ConstraintSet) -> ConstraintSet:
+    """The same problem with every defined variable replaced by its term."""
+    if not cset.definitions:
+        return cset
+    terms: dict[str, ex.Int] = {}
+    for name, term in cset.definitions.items():
+        terms[name] = ex.substitute(term, terms)  # type: ignore[assignment]
+    constraints = tuple(NamedConstraint(c.group, c.meaning, ex.substitute(c.cond, terms))  # type: ignore[arg-type]
+                        for c in cset.constraints)
+    objective = ex.substitute(cset.objective, terms)
+    return ConstraintSet(cset.decisions, {}, constraints, objective, caps=cset.caps)  # type: ignore[arg-type]

@@ -1,0 +1,356 @@
+"""A small language of integer expressions and conditions over named variables.
+
+This is the one description of the schedule space: the cost model and every constraint
+are built once as these terms; the CP-SAT backend lowers them to a model, the exhaustive
+enumerator and the plain-Python cost model evaluate them. Because every consumer reads
+the same terms, the solver's objective and the Python cost of a decoded schedule cannot
+drift apart.
+
+Terms are frozen dataclasses, so equal sub-terms are equal values and backends can share
+the work of lowering them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+
+# ---------------------------------------------------------------- integer terms
+
+
+@dataclass(frozen=True)
+class Const:
+    value: int
+
+
+@dataclass(frozen=True)
+class Var:
+    name: str
+
+
+@dataclass(frozen=True)
+class Sum:
+    terms: tuple[Int, ...]
+
+
+@dataclass(frozen=True)
+class Prod:
+    factors: tuple[Int, ...]
+
+
+@dataclass(frozen=True)
+class Max:
+    args: tuple[Int, ...]
+
+
+@dataclass(frozen=True)
+class CeilDiv:
+    """ceil(num / den) for num >= 0 and den >= 1."""
+
+    num: Int
+    den: Int
+
+
+@dataclass(frozen=True)
+class Select:
+    """`then` when `cond` holds, else `other`."""
+
+    cond: Cond
+    then: Int
+    other: Int
+
+
+Int = Const | Var | Sum | Prod | Max | CeilDiv | Select
+
+# ---------------------------------------------------------------- conditions
+
+
+@dataclass(frozen=True)
+class Cmp:
+    """lhs OP rhs, OP one of <=, ==, >=, <, >."""
+
+    lhs: Int
+    op: str
+    rhs: Int
+
+
+@dataclass(frozen=True)
+class AnyOf:
+    conds: tuple[Cond, ...]
+
+
+Cond = Cmp | AnyOf
+
+_CMP = {
+    "<=": lambda a, b: a <= b,
+    ">=": lambda a, b: a >= b,
+    "==": lambda a, b: a == b,
+    "<": lambda a, b: a < b,
+    ">": lambda a, b: a > b,
+}
+
+# ---------------------------------------------------------------- builders (fold constants)
+
+ZERO = Const(0)
+ONE = Const(1)
+
+
+def const(value: int) -> Const:
+    return Const(int(value))
+
+
+def as_int(value: Int | int) -> Int:
+    return Const(value) if isinstance(value, int) else value
+
+
+def add(*terms: Int | int) -> Int:
+    flat: list[Int] = []
+    total = 0
+    for term in map(as_int, terms):
+        if isinstance(term, Const):
+            total += term.value
+        elif isinstance(term, Sum):
+            flat.extend(term.terms)
+        else:
+            flat.append(term)
+    if total:
+        flat.append(Const(total))
+    if not flat:
+        return ZERO
+    return flat[0] if len(flat) == 1 else Sum(tuple(flat))
+
+
+def mul(*factors: Int | int) -> Int:
+    flat: list[Int] = []
+    coeff = 1
+    for factor in map(as_int, factors):
+        if isinstance(factor, Const):
+            coeff *= factor.value
+        elif isinstance(factor, Prod):
+            flat.extend(factor.factors)
+        else:
+            flat.append(factor)
+    if coeff == 0:
+        return ZERO
+    if coeff != 1:
+        flat.insert(0, Const(coeff))
+    if not flat:
+        return ONE
+    return flat[0] if len(flat) == 1 else Prod(tuple(flat))
+
+
+def scale(total: Int, *factors: Int | int) -> Int:
+    """`total * factors`, multiplied into each term when `total` is a sum: bounds of the
+    distributed form stay tight, since each product sees every factor it multiplies."""
+    if isinstance(total, Sum):
+        return add(*(mul(t, *factors) for t in total.terms))
+    return mul(total, *factors)
+
+
+def maximum(*args: Int | int) -> Int:
+    items = list(dict.fromkeys(map(as_int, args)))
+    consts = [a.value for a in items if isinstance(a, Const)]
+    rest = [a for a in items if not isinstance(a, Const)]
+    if consts:
+        rest.append(Const(max(consts)))
+    return rest[0] if len(rest) == 1 else Max(tuple(rest))
+
+
+def ceil_div(num: Int | int, den: Int | int) -> Int:
+    num, den = as_int(num), as_int(den)
+    if isinstance(den, Const) and den.value == 1:
+        return num
+    if isinstance(num, Const) and isinstance(den, Const):
+        return Const(-(-num.value // den.value))
+    return CeilDiv(num, den)
+
+
+def select(cond: Cond | bool, then: Int | int, other: Int | int) -> Int:
+    if isinstance(cond, bool):
+        return as_int(then if cond else other)
+    then, other = as_int(then), as_int(other)
+    return then if then == other else Select(cond, then, other)
+
+
+def greater_than_one(term: Int) -> Cond | bool:
+    """`term > 1`, folded to a bool when `term` is constant."""
+    if isinstance(term, Const):
+        return term.value > 1
+    return Cmp(term, ">", ONE)
+
+
+def any_of(conds: Iterable[Cond | bool]) -> Cond | bool:
+    items: list[Cond] = []
+    for cond in conds:
+        if cond is True:
+            return True
+        if cond is not False:
+            items.append(cond)  # type: ignore[arg-type]
+    if not items:
+        return False
+    return items[0] if len(items) == 1 else AnyOf(tuple(items))
+
+
+# ---------------------------------------------------------------- evaluation
+
+
+def evaluate(term: Int, env: Mapping[str, int]) -> int:
+    """The value of `term` when every variable takes its value in `env`."""
+    if isinstance(term, Const):
+        return term.value
+    if isinstance(term, Var):
+        return env[term.name]
+    if isinstance(term, Sum):
+        return sum(evaluate(t, env) for t in term.terms)
+    if isinstance(term, Prod):
+        return math.prod(evaluate(f, env) for f in term.factors)
+    if isinstance(term, Max):
+        return max(evaluate(a, env) for a in term.args)
+    if isinstance(term, CeilDiv):
+        return -(-evaluate(term.num, env) // evaluate(term.den, env))
+    return evaluate(term.then if holds(term.cond, env) else term.other, env)
+
+
+def holds(cond: Cond, env: Mapping[str, int]) -> bool:
+    if isinstance(cond, AnyOf):
+        return any(holds(c, env) for c in cond.conds)
+    return bool(_CMP[cond.op](evaluate(cond.lhs, env), evaluate(cond.rhs, env)))
+
+
+def children(node: Int | Cond) -> tuple[Int | Cond, ...]:
+    if isinstance(node, Sum):
+        return node.terms
+    if isinstance(node, Prod):
+        return node.factors
+    if isinstance(node, Max):
+        return node.args
+    if isinstance(node, CeilDiv):
+        return (node.num, node.den)
+    if isinstance(node, Select):
+        return (node.cond, node.then, node.other)
+    if isinstance(node, Cmp):
+        return (node.lhs, node.rhs)
+    if isinstance(node, AnyOf):
+        return node.conds
+    return ()
+
+
+def variables(node: Int | Cond) -> Iterator[str]:
+    """Names of the variables a term mentions (with repeats)."""
+    if isinstance(node, Var):
+        yield node.name
+    for child in children(node):
+        yield from variables(child)
+
+
+def substitute(node: Int | Cond, terms: Mapping[str, Int]) -> Int | Cond:
+    """`node` with each variable named in `terms` replaced by its term."""
+    if isinstance(node, Var):
+        return terms.get(node.name, node)
+    if isinstance(node, Const):
+        return node
+    if isinstance(node, Sum):
+        return add(*(substitute(t, terms) for t in node.terms))  # type: ignore[arg-type]
+    if isinstance(node, Prod):
+        return mul(*(substitute(f, terms) for f in node.factors))  # type: ignore[arg-type]
+    if isinstance(node, Max):
+        return maximum(*(substitute(a, terms) for a in node.args))  # type: ignore[arg-type]
+    if isinstance(node, CeilDiv):
+        return ceil_div(substitute(node.num, terms), substitute(node.den, terms))  # type: ignore[arg-type]
+    if isinstance(node, Select):
+        return Select(substitute(node.cond, terms), substitute(node.then, terms),  # type: ignore[arg-type]
+                      substitute(node.other, terms))  # type: ignore[arg-type]
+    if isinstance(node, Cmp):
+        return Cmp(substitute(node.lhs, terms), node.op, substitute(node.rhs, terms))  # type: ignore[arg-type]
+    return AnyOf(tuple(substitute(c, terms) for c in node.conds))  # type: ignore[misc]
+
+
+def bounds(term: Int, domains: Mapping[str, tuple[int, int]],
+           caps: Mapping[Int, tuple[str, int]] | None = None) -> tuple[int, int]:
+    """Interval bounds of a term whose variables are all non-negative.
+
+    `caps` tightens products: factors that share a group (e.g. the factors of one loop
+    dimension) multiply to at most the group's cap, which constraints elsewhere ensure.
+    Without it, a product of many factors would get bounds far beyond 64-bit integers.
+    """
+    caps = caps or {}
+    if isinstance(term, Const):
+        return term.value, term.value
+    if isinstance(term, Var):
+        return domains[term.name]
+    if isinstance(term, Sum):
+        parts = [bounds(t, domains, caps) for t in term.terms]
+        return sum(p[0] for p in parts), sum(p[1] for p in parts)
+    if isinstance(term, Prod):
+        return _product_bounds(term, domains, caps)
+    if isinstance(term, Max):
+        parts = [bounds(a, domains, caps) for a in term.args]
+        return max(p[0] for p in parts), max(p[1] for p in parts)
+    if isinstance(term, CeilDiv):
+        (nlo, nhi), (dlo, dhi) = bounds(term.num, domains, caps), bounds(term.den, domains, caps)
+        return -(-nlo // max(dhi, 1)), -(-nhi // max(dlo, 1))
+    (tlo, thi), (olo, ohi) = bounds(term.then, domains, caps), bounds(term.other, domains, caps)
+    return min(tlo, olo), max(thi, ohi)
+
+
+def _product_bounds(term: Prod, domains: Mapping[str, tuple[int, int]],
+                    caps: Mapping[Int, tuple[str, int]]) -> tuple[int, int]:
+    lo, hi = 1, 1
+    grouped: dict[str, tuple[int, int]] = {}  # group -> (product of highs, cap)
+    for factor in term.factors:
+        flo, fhi = bounds(factor, domains, caps)
+        if flo < 0:
+            parts = [bounds(f, domains, caps) for f in term.factors]
+            corners = [math.prod(c) for c in _corners(parts)]
+            return min(corners), max(corners)
+        lo *= flo
+        group = _group_of(factor, caps)
+        if group is None:
+            hi *= fhi
+        else:
+            product, cap = grouped.get(group[0], (1, group[1]))
+            grouped[group[0]] = (product * fhi, cap)
+    for product, cap in grouped.values():
+        hi *= min(product, cap)
+    return min(lo, hi), hi
+
+
+def _group_of(factor: Int, caps: Mapping[Int, tuple[str, int]]) -> tuple[str, int] | None:
+    if factor in caps:
+        return caps[factor]
+    if isinstance(factor, Select) and factor.other == ONE:
+        return caps.get(factor.then)
+    return None
+
+
+def _corners(parts: list[tuple[int, int]]) -> Iterator[tuple[int, ...]]:
+    if not parts:
+        yield ()
+        return
+    lo, hi = parts[0]
+    for rest in _corners(parts[1:]):
+        yield (lo, *rest)
+        if hi != lo:
+            yield (hi, *rest)
+
+
+def render(node: Int | Cond) -> str:
+    """Readable text of a term, e.g. `T.y.i * Q.y.i <= 16`."""
+    if isinstance(node, Const):
+        return str(node.value)
+    if isinstance(node, Var):
+        return node.name
+    if isinstance(node, Sum):
+        return "(" + " + ".join(render(t) for t in node.terms) + ")"
+    if isinstance(node, Prod):
+        return "*".join(render(f) for f in node.factors)
+    if isinstance(node, Max):
+        return "max(" + ", ".join(render(a) for a in node.args) + ")"
+    if isinstance(node, CeilDiv):
+        return f"ceil({render(node.num)} / {render(node.den)})"
+    if isinstance(node, Select):
+        return f"({render(node.then)} if {render(node.cond)} else {render(node.other)})"
+    if isinstance(node, Cmp):
+        return f"{render(node.lhs)} {node.op} {render(node.rhs)}"
+    return " or ".join(render(c) for c in node.conds)

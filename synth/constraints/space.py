@@ -1,0 +1,237 @@
+"""The schedule space: the hierarchy's loop slots, the kernels, and their variables.
+
+A schedule splits every loop dimension of every kernel into one factor per *slot*. The
+slots come from the hardware hierarchy, outermost first: a temporal slot for each memory
+(a sequential loop over the tiles that move from it into the next memory) and a spatial
+slot for each level below the root (a parallel loop over that level's units). On UPMEM:
+
+    H (host, temporal)  R (ranks)  D (DPUs)  M (mram, temporal)  T (tasklets)  Q (wram)
+
+The tile a memory holds is the product of the factors from its own slot inward; the
+innermost memory's factor is the compute tile. The root memory's factor is not a
+variable: it is ceil(extent / tile below), which is how sizes that do not divide (a prime
+length) are covered, with the padding paid in the cost.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from synth.constraints import expr as ex
+from synth.hardware import Hardware, Level, Memory
+from synth.workload import Access, Statement, Workload, accesses
+
+
+class SlotKind(enum.Enum):
+    SPATIAL = "spatial"
+    TEMPORAL = "temporal"
+
+
+@dataclass(frozen=True)
+class Slot:
+    kind: SlotKind
+    name: str  # the level (spatial) or memory (temporal) it belongs to
+    symbol: str  # R, D, T for levels; H, M, Q for memories
+    level_index: int  # index of the level it sits in
+
+    def __str__(self) -> str:
+        return f"{self.kind.value}:{self.name}"
+
+
+def hierarchy_slots(hw: Hardware) -> tuple[Slot, ...]:
+    """The slots of `hw`, outermost first: each level's spatial slot, then its memories."""
+    slots: list[Slot] = []
+    for index, level in enumerate(hw.levels):
+        if not level.is_root:
+            assert level.symbol is not None
+            slots.append(Slot(SlotKind.SPATIAL, level.name, level.symbol, index))
+        for mem in hw.memories:
+            if mem.level == level.name:
+                slots.append(Slot(SlotKind.TEMPORAL, mem.name, mem.symbol, index))
+    return tuple(slots)
+
+
+# ---------------------------------------------------------------- kernels
+
+
+@dataclass(frozen=True)
+class TensorUse:
+    """One tensor as a kernel touches it: its name, subscripts, and whether it is written."""
+
+    tensor: str
+    indices: tuple[str, ...]
+    written: bool
+    read: bool  # written tensors are also read when they accumulate (read-modify-write)
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    """Statements that share one loop nest."""
+
+    name: str
+    statements: tuple[Statement, ...]
+    dims: tuple[str, ...]  # loop order at every level: parallel dims first, reductions inner
+    extents: Mapping[str, int]
+    reduced: tuple[str, ...]  # dims some statement reduces over
+    uses: tuple[TensorUse, ...]
+
+
+def kernel_for(statements: Sequence[Statement]) -> KernelSpec:
+    """The kernel that runs `statements` in one loop nest (here: exactly one statement)."""
+    dims: dict[str, int] = {}
+    reduced: list[str] = []
+    for stmt in statements:
+        for dim in stmt.dims:
+            dims.setdefault(dim, stmt.extents[dim])
+        reduced.extend(d for d in stmt.reduced if d not in reduced)
+    order = [d for d in dims if d not in reduced] + reduced
+    return KernelSpec(
+        name="+".join(s.name for s in statements),
+        statements=tuple(statements),
+        dims=tuple(order),
+        extents={d: dims[d] for d in order},
+        reduced=tuple(reduced),
+        uses=_tensor_uses(statements),
+    )
+
+
+def _tensor_uses(statements: Sequence[Statement]) -> tuple[TensorUse, ...]:
+    uses: dict[str, TensorUse] = {}
+    for stmt in statements:
+        for acc in _distinct(accesses(stmt.expr)):
+            if acc.tensor not in uses:
+                uses[acc.tensor] = TensorUse(acc.tensor, acc.indices, written=False, read=True)
+    for stmt in statements:
+        read_back = stmt.accumulates or bool(stmt.reduced)
+        uses[stmt.target] = TensorUse(stmt.target, stmt.indices, written=True, read=read_back)
+    return tuple(uses.values())
+
+
+def _distinct(items: list[Access]) -> list[Access]:
+    return list(dict.fromkeys(items))
+
+
+def one_kernel_per_statement(workload: Workload) -> tuple[KernelSpec, ...]:
+    return tuple(kernel_for([stmt]) for stmt in workload.statements)
+
+
+# ---------------------------------------------------------------- the constraint set
+
+
+@dataclass(frozen=True)
+class NamedConstraint:
+    """A condition that belongs to a user-visible group, e.g. `capacity.wram`."""
+
+    group: str
+    meaning: str  # one line a user reads, e.g. "kernel y: WRAM tiles fit in 62 KiB"
+    cond: ex.Cond
+
+
+@dataclass(frozen=True)
+class ConstraintSet:
+    """Everything a backend needs: decisions, definitions, constraints, objective."""
+
+    decisions: Mapping[str, tuple[int, ...]]  # variable -> its candidate values, ascending
+    definitions: Mapping[str, ex.Int]  # variable -> term over decisions (and earlier ones)
+    constraints: tuple[NamedConstraint, ...]
+    objective: ex.Int  # modelled time of the whole program, picoseconds
+    breakdown: Mapping[str, ex.Int] = field(default_factory=dict)  # parts of the objective
+    # factor term -> (group, cap): factors of one group multiply to at most the cap, as the
+    # constraints ensure; backends use it only to bound auxiliary variables
+    caps: Mapping[ex.Int, tuple[str, int]] = field(default_factory=dict)
+
+    def complete(self, decisions: Mapping[str, int]) -> dict[str, int]:
+        """All variable values: the decisions plus every definition evaluated."""
+        env = dict(decisions)
+        for name, term in self.definitions.items():
+            env[name] = ex.evaluate(term, env)
+        return env
+
+    def violated(self, env: Mapping[str, int]) -> list[NamedConstraint]:
+        return [c for c in self.constraints if not ex.holds(c.cond, env)]
+
+
+# ---------------------------------------------------------------- factors
+
+
+def var_name(symbol: str, kernel: str, dim: str) -> str:
+    """The one naming rule for factor variables: `Q.y.i` is kernel y's Q factor of dim i."""
+    return f"{symbol}.{kernel}.{dim}"
+
+
+@dataclass(frozen=True)
+class Factors:
+    """The factor term of every (kernel, dim, slot), and the decision domains behind them."""
+
+    slots: tuple[Slot, ...]
+    terms: Mapping[tuple[str, str, int], ex.Int]  # (kernel, dim, slot index) -> term
+    domains: Mapping[str, tuple[int, ...]]
+    caps: Mapping[ex.Int, tuple[str, int]]
+
+    def of(self, kernel: str, dim: str, slot: int) -> ex.Int:
+        return self.terms[(kernel, dim, slot)]
+
+    def tile(self, kernel: str, dim: str, first_slot: int) -> ex.Int:
+        """The extent of `dim` covered from slot `first_slot` inward."""
+        return ex.mul(*(self.of(kernel, dim, s) for s in range(first_slot, len(self.slots))))
+
+
+def build_factors(kernels: Sequence[KernelSpec], hw: Hardware,
+                  slots: tuple[Slot, ...]) -> Factors:
+    terms: dict[tuple[str, str, int], ex.Int] = {}
+    domains: dict[str, tuple[int, ...]] = {}
+    caps: dict[ex.Int, tuple[str, int]] = {}
+    root_slot = _root_temporal_slot(slots, hw)
+    for kernel in kernels:
+        for dim in kernel.dims:
+            extent = kernel.extents[dim]
+            for index, slot in enumerate(slots):
+                if index == root_slot:
+                    continue
+                values = _candidates(slot, hw, extent)
+                if len(values) == 1:
+                    terms[(kernel.name, dim, index)] = ex.const(values[0])
+                    continue
+                name = var_name(slot.symbol, kernel.name, dim)
+                domains[name] = values
+                terms[(kernel.name, dim, index)] = ex.Var(name)
+            inner = ex.mul(*(terms[(kernel.name, dim, s)] for s in range(len(slots))
+                             if s != root_slot))
+            terms[(kernel.name, dim, root_slot)] = ex.ceil_div(extent, inner)
+            # all factors of a dimension multiply to less than twice its extent (padding)
+            for index in range(len(slots)):
+                caps[terms[(kernel.name, dim, index)]] = (f"{kernel.name}.{dim}", 2 * extent - 1)
+    return Factors(slots, terms, domains, caps)
+
+
+def _root_temporal_slot(slots: tuple[Slot, ...], hw: Hardware) -> int:
+    return next(i for i, s in enumerate(slots) if s.name == hw.root_memory.name
+                and s.kind is SlotKind.TEMPORAL)
+
+
+def _candidates(slot: Slot, hw: Hardware, extent: int) -> tuple[int, ...]:
+    """Values a factor may take: any unit count up to the level's maximum for a spatial
+    slot; divisors of the extent and powers of two for a temporal one (powers of two give
+    ragged tiles when the extent has no useful divisors, e.g. a prime)."""
+    if slot.kind is SlotKind.SPATIAL:
+        return tuple(range(1, min(hw.levels[slot.level_index].count_max, extent) + 1))
+    return tuple(sorted(set(divisors(extent)) | set(powers_of_two(extent))))
+
+
+def divisors(n: int) -> list[int]:
+    small = [d for d in range(1, int(n**0.5) + 1) if n % d == 0]
+    return sorted(set(small + [n // d for d in small]))
+
+
+def powers_of_two(limit: int) -> list[int]:
+    return [1 << k for k in range(limit.bit_length()) if (1 << k) <= limit]
+
+
+def level_of(hw: Hardware, slot: Slot) -> Level:
+    return hw.levels[slot.level_index]
+
+
+def memory_of(hw: Hardware, slot: Slot) -> Memory:
+    return hw.memory(slot.name)

@@ -1,0 +1,713 @@
+"""Read hardware models from TOML files into `synth.hardware.Hardware`.
+
+A model is a built-in name (a file `synth/hardware/<name>.toml` shipped in the package) or a
+path to a TOML file. The format is documented key by key in the comment block at the top of
+every built-in file. Reading is three steps, each a plain function of plain data:
+
+1. parse the TOML text into a tree of dicts and lists;
+2. apply `--hw-set KEY=VALUE` overrides to that tree, so an overridden value goes through
+   exactly the same validation as one written in the file;
+3. validate the tree and convert it: units become integers (bytes, hertz, picoseconds,
+   picoseconds per byte) so the solver and the Python cost model compute identical numbers.
+
+Every error is an `InputError` whose message names the model and the key path, e.g.
+``hardware upmem: memory 'wram': capacity: expected a size like '64KiB', got '64 furlongs'``,
+so a user can find the line to fix without reading this module.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import os
+import re
+import tomllib
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+from importlib import resources
+from pathlib import Path
+from typing import Any, TypeVar
+
+from synth.errors import InputError
+from synth.hardware import OP_CLASSES, Compute, Hardware, Level, Memory, TransferRules
+from synth.workload import DType
+
+# Where Linux describes the caches of the first CPU; read by `detect_cache_size`. A module
+# attribute (not a default argument) so tests can point it at a fake tree.
+CACHE_DIR = Path("/sys/devices/system/cpu/cpu0/cache")
+
+# `detect = ...` values: the cache level and the sysfs `type` values that count as a match.
+_DETECT_KINDS: dict[str, tuple[int, frozenset[str]]] = {
+    "L1d": (1, frozenset({"Data"})),
+    "L2": (2, frozenset({"Unified", "Data"})),
+    "L3": (3, frozenset({"Unified", "Data"})),
+}
+
+_SIZE_UNITS: dict[str, int] = {
+    "": 1, "B": 1,
+    "KB": 10**3, "kB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
+    "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40,
+}
+_FREQUENCY_UNITS: dict[str, int] = {"Hz": 1, "kHz": 10**3, "KHz": 10**3, "MHz": 10**6,
+                                    "GHz": 10**9}
+_TIME_UNITS_PS: dict[str, int] = {"ps": 1, "ns": 10**3, "us": 10**6, "µs": 10**6,
+                                  "ms": 10**9, "s": 10**12}
+_CYCLE_UNITS = ("cycle", "cycles")
+_PS_PER_S = 10**12
+
+# A non-negative decimal number followed by an optional unit.
+_QUANTITY = re.compile(r"^\s*(\d+(?:\.\d+)?(?:[eE][+-]?\d+)?)\s*([A-Za-zµ]*)\s*$")
+_COUNT_RANGE = re.compile(r"^\s*(\d+)\s*\.\.\s*(\d+|auto)\s*$")
+
+# The keys of each table of the format. Kept here, next to the code that reads them, so an
+# unknown key can be reported with the closest valid one.
+_TOP_KEYS = ("name", "description", "launch", "level", "memory", "compute", "host")
+_TOP_REQUIRED = ("name", "launch", "level", "memory", "compute", "host")
+_LEVEL_KEYS = ("name", "symbol", "count", "issue_share")
+_LEVEL_FIELDS = ("symbol", "count", "issue_share")  # what --hw-set may change on a level
+_MEMORY_KEYS = ("name", "level", "instance_level", "capacity", "reserved", "symbol", "latency",
+                "bandwidth", "shared_by", "transfer", "detect")
+_MEMORY_FIELDS = tuple(k for k in _MEMORY_KEYS if k not in ("name", "transfer"))
+_PARENT_KEYS = ("latency", "bandwidth", "transfer")  # about the parent: not on the root memory
+_TRANSFER_KEYS = ("min", "max", "multiple", "align")
+_COMPUTE_KEYS = ("clock", "cycles")
+_DTYPES = tuple(d.value for d in DType)
+
+Scalar = int | float | str
+_T = TypeVar("_T")
+
+
+class UnitError(ValueError):
+    """A value that is not a quantity of the expected kind; the message says what was expected.
+
+    The unit parsers know nothing of key paths, so they raise this and the schema code turns it
+    into an `InputError` that names the key.
+    """
+
+
+# ----------------------------------------------------------------------------------------
+# Units: one small function per kind.
+
+
+def _quantity(value: object, units: Mapping[str, int] | Sequence[str], expected: str
+              ) -> tuple[Fraction, str]:
+    """Split `value` into an exact number and a unit from `units`.
+
+    Exact fractions, not floats, so that '6.68GB/s' and '77cycles' round once, at the end.
+    """
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return Fraction(value), ""
+    match = _QUANTITY.match(value) if isinstance(value, str) else None
+    if match is None or match.group(2) not in units:
+        raise UnitError(f"expected {expected}, got {value!r}")
+    return Fraction(match.group(1)), match.group(2)
+
+
+def parse_size(value: object) -> int:
+    """Bytes from `8`, `'8B'`, `'64KiB'`, `'16GiB'` or `'1KB'` (SI: 1000 bytes).
+
+    A bare number is bytes. Fractional sizes are accepted only when they come to whole bytes
+    ('1.5KiB' is 1536), because buffers are allocated in bytes.
+    """
+    expected = "a size like '64KiB'"
+    number, unit = _quantity(value, _SIZE_UNITS, expected)
+    size = number * _SIZE_UNITS[unit]
+    if size.denominator != 1:
+        raise UnitError(f"expected {expected} (a whole number of bytes), got {value!r}")
+    return int(size)
+
+
+def parse_frequency(value: object) -> int:
+    """Hertz from `'350MHz'`, `'2.5GHz'` or `'1000Hz'`; must be positive.
+
+    A unit is required: a bare `350` is almost certainly meant as MHz, and silently reading it
+    as 350 Hz would make every cycle cost a million times too much.
+    """
+    expected = "a frequency like '350MHz'"
+    if not isinstance(value, str):
+        raise UnitError(f"expected {expected}, got {value!r}")
+    number, unit = _quantity(value, _FREQUENCY_UNITS, expected)
+    hertz = round(number * _FREQUENCY_UNITS[unit])
+    if hertz <= 0:
+        raise UnitError(f"expected a positive frequency like '350MHz', got {value!r}")
+    return hertz
+
+
+def parse_time(value: object, clock_hz: int) -> int:
+    """Integer picoseconds from `'20us'`, `'5ns'`, `'1ms'`, `'100ps'`, `0` or `'77cycles'`.
+
+    Cycles are cycles of the model's `[compute]` clock (`clock_hz`): the DMA latency of a
+    DPU is published in its own cycles, and converting here keeps the file close to the source.
+    A bare number must be zero, since any other unitless time is ambiguous.
+    """
+    expected = "a time like '20us', '5ns' or '77cycles'"
+    number, unit = _quantity(value, (*_TIME_UNITS_PS, *_CYCLE_UNITS, ""), expected)
+    if unit == "":
+        if number != 0:
+            raise UnitError(f"expected {expected} (a bare number must be 0), got {value!r}")
+        return 0
+    if unit in _CYCLE_UNITS:
+        return round(number * _PS_PER_S / clock_hz)
+    return round(number * _TIME_UNITS_PS[unit])
+
+
+def parse_bandwidth(value: object, clock_hz: int) -> int:
+    """Integer picoseconds per byte from `'6.68GB/s'`, `'700MB/s'` or `'2B/cycle'`.
+
+    Per-cycle bandwidths use the `[compute]` clock. The result is at least 1 so that moving
+    bytes is never free in the integer cost model (a zero would let the solver ignore traffic).
+    """
+    expected = "a bandwidth like '6.68GB/s' or '2B/cycle'"
+    if not isinstance(value, str) or value.count("/") != 1:
+        raise UnitError(f"expected {expected}, got {value!r}")
+    amount, per = (part.strip() for part in value.split("/"))
+    try:
+        number, unit = _quantity(amount, _SIZE_UNITS, expected)
+    except UnitError:
+        raise UnitError(f"expected {expected}, got {value!r}") from None
+    bytes_per = number * _SIZE_UNITS[unit]
+    if per == "s":
+        bytes_per_s = bytes_per
+    elif per in _CYCLE_UNITS:
+        bytes_per_s = bytes_per * clock_hz
+    else:
+        raise UnitError(f"expected {expected}, got {value!r}")
+    if bytes_per_s <= 0:
+        raise UnitError(f"expected a positive bandwidth like '6.68GB/s', got {value!r}")
+    return max(1, round(_PS_PER_S / bytes_per_s))
+
+
+def auto_count() -> int:
+    """The number of CPUs of the running machine: what `count = "1..auto"` resolves to."""
+    return os.cpu_count() or 1
+
+
+def parse_count(value: object) -> tuple[int, int]:
+    """`(min, max)` from a fixed count `4` (or `'4'`) or a range `'1..16'` / `'1..auto'`.
+
+    `auto` is `os.cpu_count()`, so the `cpu` model's core count follows the machine it runs on.
+    """
+    expected = "a count like 4 or '1..16'"
+    if isinstance(value, int) and not isinstance(value, bool):
+        low = high = value
+    elif isinstance(value, str) and value.strip().isdigit():
+        low = high = int(value)
+    elif isinstance(value, str) and (match := _COUNT_RANGE.match(value)):
+        low = int(match.group(1))
+        high = auto_count() if match.group(2) == "auto" else int(match.group(2))
+    else:
+        raise UnitError(f"expected {expected}, got {value!r}")
+    if low < 1:
+        raise UnitError(f"a count must be at least 1, got {value!r}")
+    if low > high:
+        auto = " ('auto' is this machine's CPU count)" if "auto" in str(value) else ""
+        raise UnitError(f"the range's minimum {low} exceeds its maximum {high}{auto}, "
+                        f"got {value!r}")
+    return low, high
+
+
+def _parse_sysfs_size(text: str) -> int:
+    """Bytes from a sysfs cache size such as '32K' or '32768K' (binary multiples)."""
+    text = text.strip()
+    multiplier = {"K": 2**10, "M": 2**20, "G": 2**30}.get(text[-1:].upper(), 1)
+    digits = text[:-1] if multiplier > 1 else text
+    return int(digits) * multiplier
+
+
+def detect_cache_size(kind: str, cache_dir: Path | None = None) -> int | None:
+    """The size in bytes of this machine's `kind` cache ('L1d', 'L2' or 'L3'), or None.
+
+    Read from Linux sysfs (`index*/{level,type,size}` of cpu0). None when it cannot be read
+    (another OS, a container without /sys), so the caller falls back to the file's capacity:
+    detection improves the model, it must never make loading fail.
+    """
+    level, types = _DETECT_KINDS[kind]
+    root = CACHE_DIR if cache_dir is None else cache_dir
+    try:
+        for index in sorted(root.glob("index*")):
+            if (int((index / "level").read_text()) == level
+                    and (index / "type").read_text().strip() in types):
+                return _parse_sysfs_size((index / "size").read_text())
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+# ----------------------------------------------------------------------------------------
+# Locating and reading files.
+
+
+def _builtin_dir() -> Any:
+    """The package directory of built-in models (a Traversable; works from wheels too)."""
+    return resources.files("synth") / "hardware"
+
+
+def list_builtin_hardware() -> list[str]:
+    """Names of the built-in hardware models, sorted."""
+    return sorted(entry.name[: -len(".toml")] for entry in _builtin_dir().iterdir()
+                  if entry.name.endswith(".toml"))
+
+
+def _read_model(ref: str) -> tuple[str, str, str]:
+    """`(text, label, source)` for a built-in name or a file path.
+
+    Built-in names win over same-named files in the working directory, so `--hw upmem` means
+    the same model everywhere.
+    """
+    builtins = list_builtin_hardware()
+    if ref in builtins:
+        resource = _builtin_dir() / f"{ref}.toml"
+        return resource.read_text(encoding="utf-8"), ref, str(resource)
+    path = Path(ref)
+    if not path.is_file():
+        raise InputError(f"unknown hardware {ref!r}: not a built-in model "
+                         f"({', '.join(builtins)}) and not a file")
+    try:
+        return path.read_text(encoding="utf-8"), ref, str(path)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"hardware {ref}: cannot read the file: {exc}") from exc
+
+
+# ----------------------------------------------------------------------------------------
+# Error context.
+
+
+@dataclass(frozen=True)
+class _Where:
+    """The key path being validated, so every error message can name it."""
+
+    label: str
+    path: tuple[str, ...] = ()
+
+    def at(self, *parts: str) -> _Where:
+        return _Where(self.label, self.path + parts)
+
+    def error(self, message: str) -> InputError:
+        return InputError(": ".join((f"hardware {self.label}", *self.path, message)))
+
+
+def _suggest(word: str, choices: Iterable[str], count: int = 1) -> str:
+    """' (did you mean ...?)' for the closest choices, or a list of all of them."""
+    choices = list(choices)
+    close = difflib.get_close_matches(word, choices, n=count, cutoff=0.6)
+    if close:
+        return f" (did you mean {' or '.join(repr(c) for c in close)}?)"
+    return f" (expected one of: {', '.join(choices)})"
+
+
+def _check_keys(table: Mapping[str, Any], allowed: Sequence[str], required: Sequence[str],
+                where: _Where) -> None:
+    """Reject unknown keys (with the closest valid one) and missing required keys.
+
+    Unknown keys are errors rather than ignored because a misspelt key would otherwise
+    silently fall back to a default and produce a plausible but wrong model.
+    """
+    for key in table:
+        if key not in allowed:
+            raise where.error(f"unknown key {key!r}{_suggest(key, allowed)}")
+    for key in required:
+        if key not in table:
+            raise where.error(f"missing required key {key!r}")
+
+
+def _table(value: object, where: _Where) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise where.error(f"expected a table, got {value!r}")
+    return value
+
+
+def _tables(value: object, where: _Where, what: str) -> list[dict[str, Any]]:
+    """A non-empty array of tables (`[[level]]`, `[[memory]]`)."""
+    if not isinstance(value, list) or not value:
+        raise where.error(f"expected one or more [[{what}]] tables")
+    for item in value:
+        _table(item, where)
+    return value
+
+
+def _string(value: object, where: _Where) -> str:
+    if not isinstance(value, str) or not value:
+        raise where.error(f"expected a non-empty string, got {value!r}")
+    return value
+
+
+def _integer(value: object, where: _Where, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise where.error(f"expected an integer >= {minimum}, got {value!r}")
+    return value
+
+
+def _unit(parse: Callable[[object], _T], value: object, where: _Where) -> _T:
+    """Run a unit parser, turning its `UnitError` into an error that names the key."""
+    try:
+        return parse(value)
+    except UnitError as exc:
+        raise where.error(str(exc)) from None
+
+
+def _entry_where(where: _Where, kind: str, entry: Mapping[str, Any], index: int) -> _Where:
+    """`level 'rank'`, or `level #2` when the entry has no usable name."""
+    name = entry.get("name")
+    return where.at(f"{kind} {name!r}" if isinstance(name, str) else f"{kind} #{index + 1}")
+
+
+# ----------------------------------------------------------------------------------------
+# Overrides (`--hw-set KEY=VALUE`).
+
+
+def parse_override(text: str) -> tuple[str, Scalar]:
+    """Split `KEY=VALUE` and read VALUE as a TOML-ish scalar.
+
+    Integers stay ints and decimals become floats (cycle costs); anything else is a string,
+    with optional surrounding quotes removed, whose units are parsed during validation.
+    """
+    key, sep, raw = text.partition("=")
+    key, raw = key.strip(), raw.strip()
+    if not sep or not key or not raw:
+        raise InputError(f"--hw-set expects KEY=VALUE (e.g. wram.capacity=32KiB), got {text!r}")
+    if re.fullmatch(r"[+-]?\d+", raw):
+        return key, int(raw)
+    if re.fullmatch(r"[+-]?(\d+\.\d*|\.\d+)([eE][+-]?\d+)?", raw):
+        return key, float(raw)
+    if len(raw) >= 2 and raw[0] == raw[-1] and raw[0] in "\"'":
+        return key, raw[1:-1]
+    return key, raw
+
+
+def _named_entries(tree: Mapping[str, Any], kind: str) -> list[tuple[int, str]]:
+    """`(index, name)` of the well-formed entries of `[[kind]]`; the rest fail validation."""
+    entries = tree.get(kind)
+    if not isinstance(entries, list):
+        return []
+    return [(i, e["name"]) for i, e in enumerate(entries)
+            if isinstance(e, dict) and isinstance(e.get("name"), str)]
+
+
+def _override_keys(tree: Mapping[str, Any]) -> dict[str, list[tuple[str | int, ...]]]:
+    """Every key `--hw-set` accepts for this model, mapped to its path(s) in the TOML tree.
+
+    Built from the format, not from the keys the file happens to use, so optional keys
+    (`mram.transfer.max`, `l2.detect`) can be set too. The root level has no count or symbol
+    and so offers no keys. A list of paths because a level and a memory may share a name.
+    """
+    keys: dict[str, list[tuple[str | int, ...]]] = {}
+
+    def add(key: str, path: tuple[str | int, ...]) -> None:
+        keys.setdefault(key, []).append(path)
+
+    add("launch", ("launch",))
+    add("host.launch", ("launch",))  # starting kernels is the host's job
+    for table in ("compute", "host"):
+        add(f"{table}.clock", (table, "clock"))
+        for dtype in _DTYPES:
+            for op in OP_CLASSES:
+                add(f"{table}.cycles.{dtype}.{op}", (table, "cycles", dtype, op))
+    for index, name in _named_entries(tree, "level"):
+        if index == 0:
+            continue  # the root level has one unit: no count or symbol to change
+        for field in _LEVEL_FIELDS:
+            add(f"{name}.{field}", ("level", index, field))
+    for index, name in _named_entries(tree, "memory"):
+        for field in _MEMORY_FIELDS:
+            add(f"{name}.{field}", ("memory", index, field))
+        for field in _TRANSFER_KEYS:
+            add(f"{name}.transfer.{field}", ("memory", index, "transfer", field))
+    return keys
+
+
+def _override_help(tree: Mapping[str, Any]) -> str:
+    """The shape of valid `--hw-set` keys for this model, for when no key is close."""
+    levels = ", ".join(name for index, name in _named_entries(tree, "level") if index)
+    memories = ", ".join(name for _, name in _named_entries(tree, "memory"))
+    memory_fields = "|".join((*_MEMORY_FIELDS, *(f"transfer.{f}" for f in _TRANSFER_KEYS)))
+    return (f"keys are NAME.FIELD: a level ({levels}) with {'|'.join(_LEVEL_FIELDS)}; "
+            f"a memory ({memories}) with {memory_fields}; compute or host with "
+            "clock|cycles.DTYPE.OP; or launch")
+
+
+def _unknown_override(key: str, keys: Iterable[str], tree: Mapping[str, Any],
+                      where: _Where) -> InputError:
+    close = difflib.get_close_matches(key, sorted(keys), n=3, cutoff=0.6)
+    hint = f"closest valid keys: {', '.join(close)}" if close else _override_help(tree)
+    return where.error(f"--hw-set: unknown key {key!r} ({hint})")
+
+
+def _set_path(tree: dict[str, Any], path: tuple[str | int, ...], value: Scalar,
+              where: _Where, key: str) -> None:
+    """Store `value` at `path`, creating missing tables (e.g. a `transfer` the file omits)."""
+    node: Any = tree
+    for step in path[:-1]:
+        if isinstance(step, int):
+            node = node[step]
+            continue
+        child = node.setdefault(step, {})
+        if not isinstance(child, dict | list):  # a list: `[[memory]]`, indexed next
+            raise where.error(f"--hw-set {key}: {step!r} is not a table in this file")
+        node = child
+    node[path[-1]] = value
+    if path[0] == "memory" and path[-1] == "capacity":
+        node.pop("detect", None)  # a capacity given on the command line beats detection
+
+
+def _apply_overrides(tree: dict[str, Any], overrides: Sequence[str], where: _Where) -> None:
+    """Apply `--hw-set KEY=VALUE` strings to a parsed TOML tree, in order, in place."""
+    keys = _override_keys(tree)
+    for text in overrides:
+        key, value = parse_override(text)
+        paths = keys.get(key)
+        if paths is None:
+            raise _unknown_override(key, keys, tree, where)
+        if len(paths) > 1:
+            raise where.error(f"--hw-set: key {key!r} is ambiguous: a level and a memory "
+                              f"share the name {key.split('.')[0]!r}")
+        _set_path(tree, paths[0], value, where, key)
+
+
+# ----------------------------------------------------------------------------------------
+# Validation and conversion.
+
+
+def _cycles_table(value: object, where: _Where) -> dict[str, float]:
+    """One dtype's op-class -> cycles table; every class of `OP_CLASSES` is required."""
+    table = _table(value, where)
+    for key in table:
+        if key not in OP_CLASSES:
+            raise where.error(f"unknown op class {key!r}{_suggest(key, OP_CLASSES)}")
+    for op in OP_CLASSES:
+        if op not in table:
+            raise where.error(f"missing op class {op!r} (every class in hardware.OP_CLASSES "
+                              f"is required: {', '.join(OP_CLASSES)})")
+    cycles: dict[str, float] = {}
+    for op in OP_CLASSES:
+        number = table[op]
+        if (isinstance(number, bool) or not isinstance(number, int | float)
+                or not math.isfinite(number) or number < 0):
+            raise where.at(op).error(f"expected a number of cycles >= 0, got {number!r}")
+        cycles[op] = float(number)
+    return cycles
+
+
+def _compute(value: object, where: _Where) -> Compute:
+    """A `[compute]` or `[host]` table: a clock and per-dtype cycle tables.
+
+    Not every dtype must be priced (a model may not support one); `Compute.point_ps` reports
+    a missing dtype when a workload needs it. Unknown dtype names are errors.
+    """
+    table = _table(value, where)
+    _check_keys(table, _COMPUTE_KEYS, _COMPUTE_KEYS, where)
+    clock_hz = _unit(parse_frequency, table["clock"], where.at("clock"))
+    by_dtype = _table(table["cycles"], where.at("cycles"))
+    if not by_dtype:
+        raise where.at("cycles").error(f"expected at least one dtype table "
+                                       f"({', '.join(_DTYPES)})")
+    cycles: dict[str, dict[str, float]] = {}
+    for dtype, ops in by_dtype.items():
+        if dtype not in _DTYPES:
+            raise where.at("cycles").error(f"unknown dtype {dtype!r}{_suggest(dtype, _DTYPES)}")
+        cycles[dtype] = _cycles_table(ops, where.at("cycles", dtype))
+    return Compute(clock_hz=clock_hz, cycles=cycles)
+
+
+def _level(entry: dict[str, Any], is_root: bool, where: _Where) -> Level:
+    """One `[[level]]`. The root (the first) has exactly one unit, so no symbol or count."""
+    required = ("name",) if is_root else ("name", "symbol", "count")
+    _check_keys(entry, _LEVEL_KEYS, required, where)
+    name = _string(entry["name"], where.at("name"))
+    if is_root:
+        for key in ("symbol", "count", "issue_share"):
+            if key in entry:
+                raise where.at(key).error("the root level (the first [[level]]) has exactly "
+                                          f"one unit and takes no {key!r}")
+        return Level(name=name, symbol=None, count_min=1, count_max=1)
+    low, high = _unit(parse_count, entry["count"], where.at("count"))
+    issue_share = _integer(entry.get("issue_share", 1), where.at("issue_share"), 1)
+    return Level(name=name, symbol=_string(entry["symbol"], where.at("symbol")),
+                 count_min=low, count_max=high, issue_share=issue_share)
+
+
+def _levels(value: object, where: _Where) -> tuple[Level, ...]:
+    entries = _tables(value, where.at("level"), "level")
+    levels: list[Level] = []
+    for index, entry in enumerate(entries):
+        entry_where = _entry_where(where, "level", entry, index)
+        level = _level(entry, index == 0, entry_where)
+        if any(other.name == level.name for other in levels):
+            raise entry_where.at("name").error(f"duplicate level name {level.name!r}")
+        levels.append(level)
+    return tuple(levels)
+
+
+def _level_ref(value: object, names: Sequence[str], where: _Where) -> int:
+    """The index of the level `value` names (outermost is 0)."""
+    name = _string(value, where)
+    if name not in names:
+        raise where.error(f"unknown level {name!r}{_suggest(name, names)}")
+    return names.index(name)
+
+
+def _transfer(value: object, where: _Where) -> TransferRules:
+    """`transfer = { min, max, multiple, align }`, sizes; defaults 1B / none / 1B / 1B."""
+    table = _table(value, where)
+    _check_keys(table, _TRANSFER_KEYS, (), where)
+    sizes = {key: _unit(parse_size, table[key], where.at(key)) for key in table}
+    for key in ("min", "multiple", "align"):
+        if sizes.get(key, 1) < 1:
+            raise where.at(key).error(f"must be at least 1 byte, got {table[key]!r}")
+    rules = TransferRules(min_bytes=sizes.get("min", 1), max_bytes=sizes.get("max"),
+                          multiple=sizes.get("multiple", 1), align=sizes.get("align", 1))
+    if rules.max_bytes is not None:
+        if rules.max_bytes < rules.min_bytes:
+            raise where.at("max").error(f"max ({rules.max_bytes} B) is below min "
+                                        f"({rules.min_bytes} B)")
+        if rules.max_bytes % rules.multiple:
+            # Chunks of a split transfer are padded to `multiple`; they must still fit `max`.
+            raise where.at("max").error(f"max ({rules.max_bytes} B) is not a multiple of "
+                                        f"multiple ({rules.multiple} B)")
+    return rules
+
+
+def _capacity(entry: Mapping[str, Any], where: _Where) -> int:
+    """The capacity in bytes: detected from this machine when `detect` is set and readable."""
+    written = _unit(parse_size, entry["capacity"], where.at("capacity"))
+    if "detect" not in entry:
+        return written
+    kind = entry["detect"]
+    if kind not in _DETECT_KINDS:
+        raise where.at("detect").error(f"expected one of {', '.join(_DETECT_KINDS)}, "
+                                       f"got {kind!r}")
+    detected = detect_cache_size(kind)
+    return written if detected is None else detected
+
+
+def _memory(entry: dict[str, Any], is_root: bool, levels: Sequence[Level], clock_hz: int,
+            where: _Where) -> Memory:
+    """One `[[memory]]`: placement in the hierarchy, capacity, and the cost of filling it."""
+    required: tuple[str, ...] = ("name", "level", "capacity", "symbol")
+    if not is_root:
+        required += ("latency", "bandwidth")
+    _check_keys(entry, _MEMORY_KEYS, required, where)
+    if is_root:
+        for key in _PARENT_KEYS:
+            if key in entry:
+                raise where.at(key).error("the root memory (the first [[memory]]) has no "
+                                          f"parent memory to transfer from; remove {key!r}")
+    names = [level.name for level in levels]
+    level = _level_ref(entry["level"], names, where.at("level"))
+    instance = _level_ref(entry.get("instance_level", names[level]), names,
+                          where.at("instance_level"))
+    if instance > level:
+        raise where.at("instance_level").error(
+            f"{names[instance]!r} is inside the memory's level {names[level]!r}; an instance "
+            "must be shared by the units of its level or more, so name that level or an outer one")
+    shared_by = _level_ref(entry.get("shared_by", names[instance]), names, where.at("shared_by"))
+    if shared_by > level:
+        raise where.at("shared_by").error(
+            f"{names[shared_by]!r} is inside the memory's level {names[level]!r}; name that "
+            "level or an outer one")
+    capacity = _capacity(entry, where)
+    reserved = _unit(parse_size, entry.get("reserved", 0), where.at("reserved"))
+    if reserved >= capacity:
+        raise where.at("reserved").error(f"{reserved} B leaves nothing of the capacity "
+                                         f"({capacity} B); it must be smaller")
+    return Memory(
+        name=_string(entry["name"], where.at("name")),
+        level=names[level],
+        instance_level=names[instance],
+        capacity=capacity,
+        reserved=reserved,
+        symbol=_string(entry["symbol"], where.at("symbol")),
+        rules=_transfer(entry.get("transfer", {}), where.at("transfer")),
+        latency_ps=0 if is_root else _unit(lambda v: parse_time(v, clock_hz), entry["latency"],
+                                           where.at("latency")),
+        ps_per_byte=0 if is_root else _unit(lambda v: parse_bandwidth(v, clock_hz),
+                                            entry["bandwidth"], where.at("bandwidth")),
+        shared_by=names[shared_by],
+    )
+
+
+def _memories(value: object, levels: Sequence[Level], clock_hz: int, where: _Where
+              ) -> tuple[Memory, ...]:
+    """All `[[memory]]` tables, outermost first; the first is at the root and holds tensors."""
+    entries = _tables(value, where.at("memory"), "memory")
+    memories: list[Memory] = []
+    for index, entry in enumerate(entries):
+        entry_where = _entry_where(where, "memory", entry, index)
+        memory = _memory(entry, index == 0, levels, clock_hz, entry_where)
+        if any(other.name == memory.name for other in memories):
+            raise entry_where.at("name").error(f"duplicate memory name {memory.name!r}")
+        _check_memory_order(memory, memories, levels, entry_where)
+        memories.append(memory)
+    return tuple(memories)
+
+
+def _check_memory_order(memory: Memory, outer: Sequence[Memory], levels: Sequence[Level],
+                        where: _Where) -> None:
+    """The first memory is at the root; the levels of later ones never move outwards.
+
+    Each memory's parent is the one listed before it, so the list must read outermost first.
+    """
+    names = [level.name for level in levels]
+    if not outer:
+        if memory.level != names[0]:
+            raise where.at("level").error(
+                f"the first memory holds whole tensors and must be at the root level "
+                f"{names[0]!r}, got {memory.level!r}")
+        return
+    previous = outer[-1]
+    if names.index(memory.level) < names.index(previous.level):
+        raise where.at("level").error(
+            f"memories are listed outermost first, but level {memory.level!r} is outside "
+            f"level {previous.level!r} of the previous memory {previous.name!r}")
+
+
+def _check_symbols(levels: Sequence[Level], memories: Sequence[Memory], where: _Where) -> None:
+    """Symbols name solver variables and loops: valid identifiers, unique across the model."""
+    owners: dict[str, str] = {}
+    named = [(f"level {lvl.name!r}", lvl.symbol) for lvl in levels if lvl.symbol is not None]
+    named += [(f"memory {mem.name!r}", mem.symbol) for mem in memories]
+    for owner, symbol in named:
+        if not symbol.isidentifier():
+            raise where.at(owner, "symbol").error(f"{symbol!r} is not a valid identifier")
+        if symbol in owners:
+            raise where.at(owner, "symbol").error(
+                f"{symbol!r} is already the symbol of {owners[symbol]}")
+        owners[symbol] = owner
+
+
+def _build_hardware(tree: Mapping[str, Any], where: _Where, source: str = "") -> Hardware:
+    """Validate a parsed (and overridden) TOML tree and convert it to `Hardware`."""
+    _check_keys(tree, _TOP_KEYS, _TOP_REQUIRED, where)
+    name = _string(tree["name"], where.at("name"))
+    if "description" in tree and not isinstance(tree["description"], str):
+        raise where.at("description").error(f"expected a string, got {tree['description']!r}")
+    compute = _compute(tree["compute"], where.at("compute"))
+    levels = _levels(tree["level"], where)
+    memories = _memories(tree["memory"], levels, compute.clock_hz, where)
+    _check_symbols(levels, memories, where)
+    return Hardware(
+        name=name,
+        levels=levels,
+        memories=memories,
+        compute=compute,
+        host=_compute(tree["host"], where.at("host")),
+        launch_ps=_unit(lambda v: parse_time(v, compute.clock_hz), tree["launch"],
+                        where.at("launch")),
+        source=source,
+    )
+
+
+def load_hardware(ref: str, overrides: Sequence[str] = ()) -> Hardware:
+    """Load a hardware model by built-in name or file path, with `--hw-set` overrides applied.
+
+    Raises `InputError` (exit code 2) for an unknown model, unreadable or malformed TOML, an
+    unknown override key, or any schema violation; the message names the offending key.
+    """
+    text, label, source = _read_model(ref)
+    where = _Where(label)
+    try:
+        tree = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise where.error(f"invalid TOML: {exc}") from None
+    _apply_overrides(tree, overrides, where)
+    return _build_hardware(tree, where, source)

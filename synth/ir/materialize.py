@@ -1,0 +1,215 @@
+"""Turn a solved schedule into a loop nest.
+
+For each kernel, the loops follow the hierarchy's slots outermost first (loops with one
+iteration are left out). Each tensor gets a buffer in every memory below the root, loaded
+at the point `synth.constraints.cost.copy_loops` prescribes (the same rule the cost model
+counts transfers with) and stored back at the end of that scope when written. The
+innermost memory's factor is the compute tile.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from synth.constraints import expr as ex
+from synth.constraints.cost import Model
+from synth.constraints.space import KernelSpec, SlotKind, TensorUse
+from synth.hardware import Memory
+from synth.ir.nodes import (
+    Affine,
+    Alloc,
+    BufferDecl,
+    Combine,
+    Compute,
+    Fill,
+    Kernel,
+    Load,
+    Loop,
+    LoopKind,
+    LoopVar,
+    Node,
+    Program,
+    Store,
+)
+
+
+def materialize(model: Model, env: Mapping[str, int]) -> Program:
+    """The loop nest of the schedule that `env` (a complete assignment) describes."""
+    globals_ = tuple(_global_buffer(model, name) for name in model.workload.tensors)
+    kernels = tuple(KernelBuilder(model, spec, env).build() for spec in model.kernels)
+    counts = {s.symbol: env[s.symbol] for s in model.slots if s.kind is SlotKind.SPATIAL}
+    extents = {spec.name: dict(spec.extents) for spec in model.kernels}
+    return Program(model.workload.name, model.hw.name, model.hw.root_memory.name, globals_,
+                   kernels, counts, extents)
+
+
+def _global_buffer(model: Model, name: str) -> BufferDecl:
+    tensor = model.workload.tensors[name]
+    dims = tuple(f"{name}.{k}" for k in range(len(tensor.shape)))
+    return BufferDecl(name, name, model.hw.root_memory.name, dims, tensor.shape,
+                      tuple(Affine() for _ in tensor.shape), tensor.dtype)
+
+
+@dataclass(frozen=True)
+class _Placed:
+    """A buffer and the loop depth its load and store sit at."""
+
+    depth: int
+    order: int  # memory order: parents are loaded first and stored last
+    decl: BufferDecl
+    parent: str
+    use: TensorUse
+
+
+class KernelBuilder:
+    """Builds one kernel's nest from the factor values of `env`."""
+
+    def __init__(self, model: Model, spec: KernelSpec, env: Mapping[str, int]) -> None:
+        self.model = model
+        self.spec = spec
+        self.slots = model.slots
+        self.factor = {(d, s): ex.evaluate(model.factors.of(spec.name, d, s), env)
+                       for d in spec.dims for s in range(len(self.slots))}
+        self.loops = self._loops()
+
+    # -- loops -------------------------------------------------------------------
+
+    def _loops(self) -> list[tuple[int, LoopVar]]:
+        """(slot index, loop) for every loop with more than one iteration, in nest order."""
+        loops = []
+        innermost = len(self.slots) - 1
+        for index, slot in enumerate(self.slots):
+            if index == innermost:
+                continue  # the innermost memory's factor is the compute tile
+            kind = LoopKind.PARALLEL if slot.kind is SlotKind.SPATIAL else LoopKind.SEQUENTIAL
+            for dim in self.spec.dims:
+                extent = self.factor[(dim, index)]
+                if extent > 1:
+                    name = f"{slot.symbol.lower()}_{dim}"
+                    symbol = f"{slot.symbol}.{self.spec.name}.{dim}"
+                    loops.append((index, LoopVar(name, dim, symbol, extent,
+                                                 self.tile(dim, index + 1), kind, slot.name)))
+        return loops
+
+    def tile(self, dim: str, first_slot: int) -> int:
+        size = 1
+        for s in range(first_slot, len(self.slots)):
+            size *= self.factor[(dim, s)]
+        return size
+
+    def origin(self, dim: str, depth: int) -> Affine:
+        """Offset along `dim` fixed by the first `depth` loops."""
+        return Affine(tuple((v.name, v.step) for _, v in self.loops[:depth] if v.dim == dim))
+
+    # -- buffers -----------------------------------------------------------------
+
+    def _placements(self) -> list[_Placed]:
+        placed = []
+        memories = self.model.hw.memories
+        for order, (slot, mem) in enumerate(self._memory_slots(), start=1):
+            parent_of: dict[str, str] = {}
+            for use in self.spec.uses:
+                depth = self._copy_depth(slot, use)
+                decl = self._buffer(use, mem, slot, depth)
+                parent = (use.tensor if order == 1 else
+                          f"{use.tensor}_{memories[order - 1].name}")
+                if order == 1 and self._root_partial_loops(use):
+                    parent = f"{use.tensor}_partials"
+                parent_of[use.tensor] = parent
+                placed.append(_Placed(depth, order, decl, parent, use))
+        return placed
+
+    def _memory_slots(self) -> list[tuple[int, Memory]]:
+        root = self.model.hw.root_memory.name
+        return [(i, self.model.hw.memory(s.name)) for i, s in enumerate(self.slots)
+                if s.kind is SlotKind.TEMPORAL and s.name != root]
+
+    def _copy_depth(self, slot: int, use: TensorUse) -> int:
+        """How many loops enclose the copy of `use` into the memory at `slot`: the rule of
+        `copy_loops` (everything up to the last parallel slot above the memory, then only
+        up to the last loop that walks the tensor), applied to concrete factors."""
+        last_spatial = max((i for i in range(slot) if self.slots[i].kind is SlotKind.SPATIAL),
+                           default=-1)
+        depth = 0
+        for position, (loop_slot, var) in enumerate(self.loops, start=1):
+            encloses = (loop_slot <= last_spatial
+                        or (loop_slot < slot and var.dim in use.indices))
+            if encloses:
+                depth = position
+        return depth
+
+    def _buffer(self, use: TensorUse, mem: Memory, slot: int, depth: int) -> BufferDecl:
+        tensor = self.model.workload.tensors[use.tensor]
+        partials = tuple(v.name for s, v in self.loops[depth:]
+                         if v.kind is LoopKind.PARALLEL and v.dim in self.spec.reduced
+                         and use.written and s > slot)
+        return BufferDecl(
+            name=f"{use.tensor}_{mem.name}", tensor=use.tensor, memory=mem.name,
+            dims=use.indices, shape=tuple(self.tile(d, slot) for d in use.indices),
+            origin=tuple(self.origin(d, depth) for d in use.indices), dtype=tensor.dtype,
+            partial_loops=partials)
+
+    def _root_partial_loops(self, use: TensorUse) -> tuple[str, ...]:
+        if not use.written:
+            return ()
+        return tuple(v.name for _, v in self.loops
+                     if v.kind is LoopKind.PARALLEL and v.dim in self.spec.reduced)
+
+    # -- the nest ----------------------------------------------------------------
+
+    def build(self) -> Kernel:
+        placed = self._placements()
+        body = self._level(0, placed)
+        return Kernel(self.spec.name, tuple(s.name for s in self.spec.statements),
+                      self._prologue() + body + self._epilogue())
+
+    def _level(self, depth: int, placed: list[_Placed]) -> tuple[Node, ...]:
+        here = sorted((p for p in placed if p.depth == depth), key=lambda p: p.order)
+        nodes: list[Node] = []
+        for p in here:
+            nodes.append(Alloc(p.decl))
+            if p.use.read:
+                nodes.append(Load(p.decl.name, p.parent))
+        if depth < len(self.loops):
+            nodes.append(Loop(self.loops[depth][1], self._level(depth + 1, placed)))
+        else:
+            nodes.extend(self._computes())
+        nodes.extend(Store(p.decl.name, p.parent) for p in reversed(here) if p.use.written)
+        return tuple(nodes)
+
+    def _computes(self) -> list[Node]:
+        innermost = self.model.hw.memories[-1].name
+        depth = len(self.loops)
+        out = []
+        for stmt in self.spec.statements:
+            dims = stmt.dims
+            out.append(Compute(
+                statement=stmt.name, out=f"{stmt.target}_{innermost}",
+                operands={t: f"{t}_{innermost}" for t in stmt.inputs},
+                dims=dims, origin=tuple(self.origin(d, depth) for d in dims),
+                tile=tuple(self.tile(d, len(self.slots) - 1) for d in dims)))
+        return out
+
+    def _prologue(self) -> tuple[Node, ...]:
+        """Fresh targets start from the identity; split reductions get partial buffers."""
+        nodes: list[Node] = []
+        for stmt in self.spec.statements:
+            identity = stmt.op.identity(stmt.dtype)
+            if stmt.op.reduces and not stmt.accumulates:
+                nodes.append(Fill(stmt.target, identity))
+            partial_loops = self._root_partial_loops(TensorUse(stmt.target, stmt.indices,
+                                                                True, True))
+            if partial_loops:
+                tensor = self.model.workload.tensors[stmt.target]
+                root = self.model.hw.root_memory.name
+                nodes.append(Alloc(BufferDecl(
+                    f"{stmt.target}_partials", stmt.target, root, stmt.indices, tensor.shape,
+                    tuple(Affine() for _ in tensor.shape), tensor.dtype, partial_loops)))
+                nodes.append(Fill(f"{stmt.target}_partials", identity))
+        return tuple(nodes)
+
+    def _epilogue(self) -> tuple[Node, ...]:
+        return tuple(Combine(s.target, f"{s.target}_partials", s.op)
+                     for s in self.spec.statements
+                     if self._root_partial_loops(TensorUse(s.target, s.indices, True, True)))

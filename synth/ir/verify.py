@@ -1,0 +1,201 @@
+"""Whole-program checks of a loop nest against its workload and hardware.
+
+Independent of the solver's encoding: it re-derives footprints and transfer sizes from
+the IR itself, so a bug in the constraints shows up here as a rejected loop nest.
+
+- scoping: every buffer a node names is allocated around it (or global);
+- dataflow: every tile a compute reads was loaded or computed before, and every
+  accumulator was loaded or filled;
+- bounds: a child tile lies inside its parent's tile for every value of the loops;
+- capacity: per memory instance, live tiles fit the usable bytes;
+- transfer rules: each transfer's contiguous run meets the memory's minimum and alignment.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from synth.errors import IRError
+from synth.hardware import Hardware, Memory
+from synth.ir.nodes import (
+    Alloc,
+    BufferDecl,
+    Combine,
+    Compute,
+    Fill,
+    Kernel,
+    Load,
+    Loop,
+    LoopKind,
+    LoopVar,
+    Node,
+    Program,
+    Store,
+)
+from synth.workload import Workload
+
+
+def verify(program: Program, workload: Workload, hw: Hardware) -> None:
+    """Raise IRError naming the first rule the program breaks."""
+    globals_ = {b.name: b for b in program.globals}
+    for kernel in program.kernels:
+        KernelCheck(kernel, workload, hw, globals_).run()
+
+
+@dataclass
+class _Scope:
+    buffers: dict[str, BufferDecl]
+    loops: list[LoopVar]
+    written: set[str] = field(default_factory=set)  # buffers holding data at this point
+
+
+class KernelCheck:
+    def __init__(self, kernel: Kernel, workload: Workload, hw: Hardware,
+                 globals_: Mapping[str, BufferDecl]) -> None:
+        self.kernel = kernel
+        self.workload = workload
+        self.hw = hw
+        self.globals = dict(globals_)
+        self.usage: dict[str, int] = {}  # memory -> bytes per instance over the kernel
+
+    def run(self) -> None:
+        scope = _Scope(dict(self.globals), [], set(self.globals))
+        self._block(self.kernel.body, scope)
+        for memory, used in self.usage.items():
+            mem = self.hw.memory(memory)
+            if used > mem.usable:
+                raise IRError(f"kernel {self.kernel.name}: expected tiles in one {memory} "
+                              f"to fit {mem.usable} bytes, got {used}")
+
+    def _block(self, nodes: tuple[Node, ...], scope: _Scope) -> None:
+        for node in nodes:
+            if isinstance(node, Loop):
+                node.verify()
+                inner = _Scope(dict(scope.buffers), scope.loops + [node.var],
+                               set(scope.written))
+                self._block(node.body, inner)
+                scope.written |= inner.written & set(scope.buffers)
+            else:
+                self._statement(node, scope)
+
+    def _statement(self, node: Node, scope: _Scope) -> None:
+        if isinstance(node, Alloc):
+            node.verify()
+            scope.buffers[node.buffer.name] = node.buffer
+            self._account(node.buffer, scope)
+        elif isinstance(node, Load):
+            child, parent = self._buf(node.dst, scope), self._buf(node.src, scope)
+            self._transfer(child, parent, scope, f"load {node.dst} <- {node.src}")
+            scope.written.add(node.dst)
+        elif isinstance(node, Store):
+            child, parent = self._buf(node.src, scope), self._buf(node.dst, scope)
+            self._transfer(child, parent, scope, f"store {node.src} -> {node.dst}")
+            if node.src not in scope.written:
+                raise IRError(f"store {node.src}: expected a tile computed or loaded before, "
+                              f"got one nothing wrote")
+            scope.written.add(node.dst)
+        elif isinstance(node, Fill):
+            self._buf(node.buffer, scope)
+            scope.written.add(node.buffer)
+        elif isinstance(node, Compute):
+            self._compute(node, scope)
+        elif isinstance(node, Combine):
+            for name in (node.target, node.partials):
+                if name not in scope.written:
+                    raise IRError(f"combine {node.partials}: expected {name} written before, "
+                                  f"got nothing")
+
+    def _buf(self, name: str, scope: _Scope) -> BufferDecl:
+        if name not in scope.buffers:
+            raise IRError(f"kernel {self.kernel.name}: expected buffer {name} allocated "
+                          f"around its use, got no such buffer in scope")
+        return scope.buffers[name]
+
+    def _compute(self, node: Compute, scope: _Scope) -> None:
+        node.verify()
+        stmt = self.workload.statement(node.statement)
+        for tensor, buffer in node.operands.items():
+            self._buf(buffer, scope)
+            if buffer not in scope.written:
+                raise IRError(f"compute {node.statement}: expected {buffer} ({tensor}) loaded "
+                              f"or computed before it is read, got no such write")
+        self._buf(node.out, scope)
+        if stmt.op.reduces and node.out not in scope.written:
+            raise IRError(f"compute {node.statement}: expected accumulator {node.out} loaded "
+                          f"or filled before, got none")
+        scope.written.add(node.out)
+
+    # -- bounds and rules --------------------------------------------------------
+
+    def _transfer(self, child: BufferDecl, parent: BufferDecl, scope: _Scope,
+                  what: str) -> None:
+        extents = {v.name: v.extent for v in scope.loops}
+        tensor_shape = self.workload.tensors[child.tensor].shape
+        for axis, size in enumerate(child.shape):
+            offset = child.origin[axis] - parent.origin[axis]
+            lo, hi = offset.min_value(extents), offset.max_value(extents)
+            # at the root, a ragged tile may run past the tensor: the excess is masked
+            at_root = parent.memory == self.hw.root_memory.name
+            limit = tensor_shape[axis] if at_root else parent.shape[axis]
+            if lo < 0 or (not at_root and hi + size > limit):
+                raise IRError(f"{what}: expected the tile inside {parent.name} along axis "
+                              f"{axis} (0..{limit - 1}), got offsets {lo}..{hi} of a "
+                              f"{size}-element tile")
+        mem = self.hw.memory(child.memory)
+        self._rules(child, parent, mem, what)
+
+    def _rules(self, child: BufferDecl, parent: BufferDecl, mem: Memory, what: str) -> None:
+        rules = mem.rules
+        itemsize = child.dtype.itemsize
+        run = (child.shape[-1] if child.shape else 1) * itemsize
+        padded = -(-run // rules.multiple) * rules.multiple
+        if padded < rules.min_bytes:
+            raise IRError(f"{what}: expected transfers of at least {rules.min_bytes} bytes "
+                          f"into {mem.name}, got {padded}")
+        whole_row = not child.shape or child.shape[-1] == parent.shape[-1]
+        if rules.align > 1 and run % rules.align and not whole_row:
+            raise IRError(f"{what}: expected {rules.align}-byte aligned runs into "
+                          f"{mem.name}, got {run}-byte runs")
+
+    def _account(self, buf: BufferDecl, scope: _Scope) -> None:
+        if buf.memory == self.hw.root_memory.name:
+            return
+        mem = self.hw.memory(buf.memory)
+        instance = self.hw.level_index(mem.instance_level)
+        copies = 1
+        for var in scope.loops:
+            if var.kind is LoopKind.PARALLEL and self.hw.level_index(var.where) > instance:
+                copies *= var.extent
+        partials = 1
+        for name in buf.partial_loops:
+            partials *= _extent_of(self.kernel, name)
+        self.usage[buf.memory] = self.usage.get(buf.memory, 0) + copies * partials * \
+            buffer_bytes(buf, mem)
+
+
+def buffer_bytes(buf: BufferDecl, mem: Memory) -> int:
+    """Bytes of one tile: rows padded to the memory's transfer multiple."""
+    run = (buf.shape[-1] if buf.shape else 1) * buf.dtype.itemsize
+    padded = -(-run // mem.rules.multiple) * mem.rules.multiple
+    rows = 1
+    for n in buf.shape[:-1]:
+        rows *= n
+    return rows * padded
+
+
+def _extent_of(kernel: Kernel, loop: str) -> int:
+    def find(nodes: tuple[Node, ...]) -> int | None:
+        for node in nodes:
+            if isinstance(node, Loop):
+                if node.var.name == loop:
+                    return node.var.extent
+                found = find(node.body)
+                if found is not None:
+                    return found
+        return None
+
+    extent = find(kernel.body)
+    if extent is None:
+        raise IRError(f"kernel {kernel.name}: expected a loop {loop}, got none")
+    return extent
