@@ -18,7 +18,7 @@ The model, per kernel:
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from synth.constraints import expr as ex
@@ -86,8 +86,29 @@ class KernelTerms:
     def f(self, dim: str, slot: int) -> ex.Int:
         return self.factors.of(self.kernel.name, dim, slot)
 
+    def dim_product(self, dim: str, slots: Iterable[int]) -> ex.Int:
+        """The product of `dim`'s factors at `slots`, in its shortest form.
+
+        All of a dimension's factors multiply to its padded extent, so a product of most
+        of them is written as the extent over the few that are missing. This is what lets
+        the solver bound a cost: `ext / units` is near its value from the start, while a
+        product of five independent factors could be anything."""
+        chosen = set(slots)
+        rest = set(range(len(self.slots))) - chosen
+        ext = self.factors.extents[(self.kernel.name, dim)]
+        if _root_slot(self) in chosen or len(rest) < len(chosen):
+            return ex.exact_div(ext, ex.mul(*(self.f(dim, s) for s in sorted(rest))))
+        return ex.mul(*(self.f(dim, s) for s in sorted(chosen)))
+
+    def inner(self, slot: int) -> range:
+        return range(slot, len(self.slots))
+
     def tile(self, dim: str, slot: int) -> ex.Int:
-        return self.factors.tile(self.kernel.name, dim, slot)
+        """The extent of `dim` covered from slot `slot` inward."""
+        return self.dim_product(dim, self.inner(slot))
+
+    def temporal(self) -> list[int]:
+        return [i for i, s in enumerate(self.slots) if s.kind is SlotKind.TEMPORAL]
 
     def units(self, slot: int, dims: Sequence[str] | None = None) -> ex.Int:
         """How many units of a spatial slot the kernel uses (over `dims`, default all)."""
@@ -110,41 +131,64 @@ class KernelTerms:
 
     def sequential_points(self) -> ex.Int:
         """Iteration points one innermost unit runs (padding included)."""
-        return ex.mul(*(self.f(d, i) for i, s in enumerate(self.slots)
-                        if s.kind is SlotKind.TEMPORAL for d in self.kernel.dims))
+        return ex.mul(*(self.dim_product(d, self.temporal()) for d in self.kernel.dims))
 
 
 @dataclass(frozen=True)
-class Buffer:
-    """The terms describing one tensor's buffer in one memory."""
+class Run:
+    """The contiguous run a tile of one tensor is moved in: its innermost axis."""
 
     elements: ex.Int
-    bytes: ex.Int  # allocated, runs padded to the transfer multiple
-    dma_ops: ex.Int  # transfer operations to move it once
+    padded_bytes: ex.Int  # rounded up to the memory's transfer multiple
+    waste_bytes: ex.Int  # padded_bytes - elements * itemsize
+    chunks: ex.Int  # transfer operations per run (runs beyond the maximum are split)
 
 
-def buffer_terms(kt: KernelTerms, use: TensorUse, mem: Memory, slot: int,
-                 itemsize: int) -> Buffer:
-    tiles = [kt.tile(d, slot) for d in use.indices]
-    partials = kt.partials(slot) if use.written else ex.ONE
-    run_elems = tiles[-1] if tiles else ex.ONE
-    runs = ex.mul(partials, *tiles[:-1])
+def run_terms(kt: KernelTerms, use: TensorUse, mem: Memory, slot: int, itemsize: int) -> Run:
     rules = mem.rules
-    padded_run = ex.mul(rules.multiple, ex.ceil_div(ex.mul(run_elems, itemsize), rules.multiple))
-    chunks = ex.ceil_div(padded_run, rules.max_bytes) if rules.max_bytes else ex.ONE
-    return Buffer(elements=ex.mul(partials, *tiles), bytes=ex.mul(runs, padded_run),
-                  dma_ops=ex.mul(runs, chunks))
+    elements = kt.tile(use.indices[-1], slot) if use.indices else ex.ONE
+    raw = ex.mul(elements, itemsize)
+    padded = ex.mul(rules.multiple, ex.ceil_div(raw, rules.multiple))
+    waste = ex.round_up_waste(raw, rules.multiple)
+    chunks = ex.ceil_div(padded, rules.max_bytes) if rules.max_bytes else ex.ONE
+    return Run(elements, padded, waste, chunks)
+
+
+def buffer_bytes(kt: KernelTerms, use: TensorUse, mem: Memory, slot: int,
+                 itemsize: int) -> ex.Int:
+    """Bytes one tile of `use` takes in the memory at `slot` (rows padded)."""
+    rows = [kt.tile(d, slot) for d in use.indices[:-1]]
+    partials = kt.partials(slot) if use.written else ex.ONE
+    return ex.mul(partials, run_terms(kt, use, mem, slot, itemsize).padded_bytes, *rows)
+
+
+def transfer_loops(kt: KernelTerms, use: TensorUse, slot: int
+                   ) -> tuple[dict[str, set[int]], list[ex.Int]]:
+    """The loops around the copy of `use` into the memory at `slot`, per dimension.
+
+    Returns the slots whose factors always count, per dim, and the factors that count
+    only when the copy cannot be hoisted above them (see `copy_loops`). For a dimension
+    the tensor is indexed by, every loop counts: a loop that walks the tensor changes its
+    tile, and one with a single iteration multiplies by 1 either way."""
+    loops = copy_loops(kt.slots, kt.kernel, slot)
+    counted: dict[str, set[int]] = {d: set() for d in kt.kernel.dims}
+    optional: list[ex.Int] = []
+    for lp in loops.fixed:
+        counted[lp.dim].add(lp.slot)
+    for pos, loop in enumerate(loops.optional):
+        if loop.dim in use.indices:
+            counted[loop.dim].add(loop.slot)
+            continue
+        walks_later = ex.any_of(ex.greater_than_one(kt.f(lp.dim, lp.slot))
+                                for lp in loops.optional[pos:] if lp.dim in use.indices)
+        optional.append(ex.select(walks_later, kt.f(loop.dim, loop.slot), 1))
+    return counted, optional
 
 
 def transfer_count(kt: KernelTerms, use: TensorUse, slot: int) -> ex.Int:
     """How many times one unit moves this tensor's tile into (or out of) memory `slot`."""
-    loops = copy_loops(kt.slots, kt.kernel, slot)
-    factors = [kt.f(lp.dim, lp.slot) for lp in loops.fixed]
-    for pos, loop in enumerate(loops.optional):
-        walks_later = ex.any_of(ex.greater_than_one(kt.f(lp.dim, lp.slot))
-                                for lp in loops.optional[pos:] if lp.dim in use.indices)
-        factors.append(ex.select(walks_later, kt.f(loop.dim, loop.slot), 1))
-    return ex.mul(*factors)
+    counted, optional = transfer_loops(kt, use, slot)
+    return ex.mul(*(kt.dim_product(d, s) for d, s in counted.items()), *optional)
 
 
 # ---------------------------------------------------------------- the builder
@@ -184,7 +228,7 @@ def build_model(workload: Workload, hw: Hardware, kernels: Sequence[KernelSpec],
     cset = ConstraintSet(decisions=factors.domains, definitions=definitions,
                          constraints=tuple(constraints) + tuple(extra),
                          objective=ex.add(*breakdown.values()), breakdown=breakdown,
-                         caps=factors.caps)
+                         groups=factors.groups)
     return Model(workload, hw, tuple(kernels), factors, cset)
 
 
@@ -192,16 +236,18 @@ def build_model(workload: Workload, hw: Hardware, kernels: Sequence[KernelSpec],
 
 
 def tiling_constraints(kt: KernelTerms) -> list[NamedConstraint]:
-    """Tiles never exceed the dimension (the root loop's ceil covers the rest)."""
+    """A dimension's tiles divide its padded extent, so its factors multiply to it."""
     out = []
     root = _root_slot(kt)
     for dim in kt.kernel.dims:
         inner = ex.mul(*(kt.f(dim, s) for s in range(len(kt.slots)) if s != root))
-        if not isinstance(inner, ex.Const):
-            extent = kt.kernel.extents[dim]
-            out.append(NamedConstraint(
-                "tiling", f"kernel {kt.kernel.name}: tiles of {dim} fit its extent {extent}",
-                ex.Cmp(inner, "<=", ex.const(extent))))
+        ext = kt.factors.extents[(kt.kernel.name, dim)]
+        if isinstance(inner, ex.Const) and isinstance(ext, ex.Const):
+            if ext.value % inner.value == 0:
+                continue
+        out.append(NamedConstraint(
+            "tiling", f"kernel {kt.kernel.name}: tiles of {dim} divide its padded extent",
+            ex.Cmp(ex.mul(kt.f(dim, root), inner), "==", ext)))
     return out
 
 
@@ -212,8 +258,8 @@ def capacity_constraints(kt: KernelTerms, workload: Workload) -> list[NamedConst
         instance = kt.hw.level_index(mem.instance_level)
         copies = ex.mul(*(kt.units(s) for s in kt.spatial_between(instance,
                                                                    kt.slots[slot].level_index)))
-        used = ex.add(*(buffer_terms(kt, use, mem, slot,
-                                     workload.tensors[use.tensor].dtype.itemsize).bytes
+        used = ex.add(*(buffer_bytes(kt, use, mem, slot,
+                                     workload.tensors[use.tensor].dtype.itemsize)
                         for use in kt.kernel.uses))
         out.append(NamedConstraint(
             f"capacity.{mem.name}",
@@ -308,13 +354,35 @@ def transfer_cost(kt: KernelTerms, workload: Workload, mem: Memory, slot: int) -
     shared = kt.hw.level_index(mem.shared_by)
     serial = ex.mul(*(kt.units(s) for s in kt.spatial_between(shared,
                                                               kt.slots[slot].level_index)))
-    total: list[ex.Int] = []
-    for use in kt.kernel.uses:
-        buf = buffer_terms(kt, use, mem, slot, workload.tensors[use.tensor].dtype.itemsize)
-        once = ex.add(ex.mul(mem.latency_ps, buf.dma_ops), ex.mul(mem.ps_per_byte, buf.bytes))
-        directions = int(use.read) + int(use.written)
-        total.append(ex.scale(once, directions, transfer_count(kt, use, slot)))
+    total = [tensor_transfer_cost(kt, use, mem, slot, workload.tensors[use.tensor].dtype.itemsize)
+             for use in kt.kernel.uses]
     return ex.scale(ex.add(*total), serial)
+
+
+def tensor_transfer_cost(kt: KernelTerms, use: TensorUse, mem: Memory, slot: int,
+                         itemsize: int) -> ex.Int:
+    """Time one unit spends moving `use`'s tiles between `mem` and its parent.
+
+    Per dimension of the tensor, (times moved) x (tile extent) is one product of that
+    dimension's factors, which `dim_product` writes compactly."""
+    counted, optional = transfer_loops(kt, use, slot)
+    inner = set(kt.inner(slot))
+    partials = kt.partials(slot) if use.written else ex.ONE
+    last = use.indices[-1] if use.indices else None
+    common = ex.mul(partials, *optional,
+                    *(kt.dim_product(d, counted[d] | inner) for d in use.indices[:-1]),
+                    *(kt.dim_product(d, counted[d]) for d in kt.kernel.dims
+                      if d not in use.indices))
+    run = run_terms(kt, use, mem, slot, itemsize)
+    moves_last = kt.dim_product(last, counted[last]) if last else ex.ONE
+    if last:  # bytes: the run's elements, plus the padding of each run
+        moved = ex.add(ex.mul(itemsize, kt.dim_product(last, counted[last] | inner)),
+                       ex.mul(moves_last, run.waste_bytes))
+    else:
+        moved = run.padded_bytes
+    operations = ex.mul(common, moves_last, run.chunks)
+    once = ex.add(ex.mul(mem.latency_ps, operations), ex.scale(moved, mem.ps_per_byte, common))
+    return ex.scale(once, int(use.read) + int(use.written))
 
 
 def combine_cost(kt: KernelTerms, workload: Workload) -> ex.Int:

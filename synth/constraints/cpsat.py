@@ -20,9 +20,10 @@ from synth.constraints.space import ConstraintSet
 
 SEED = 0  # fixed, so the same input gives the same schedule
 # Auxiliary variables are bounded by interval arithmetic; where that bound is looser than
-# this (about ten hours in picoseconds), it is cut here so that sums of many terms stay
-# within 64-bit integers. No schedule worth finding has a cost term that large.
-MAX_VALUE = 2**55
+# this (about two and a half hours in picoseconds), it is cut here so that the objective,
+# a sum of many such terms times their coefficients, stays within 64-bit integers.
+# No schedule worth finding has a single cost term that large.
+MAX_VALUE = 2**53
 
 Linear = cp_model.LinearExprT
 
@@ -35,7 +36,7 @@ class Lowering:
         self.model = cp_model.CpModel()
         self.vars: dict[str, cp_model.IntVar] = {}
         self.bounds: dict[str, tuple[int, int]] = {}
-        self._aux: dict[ex.Int, cp_model.IntVar] = {}
+        self._aux: dict[tuple[ex.Int, int], cp_model.IntVar] = {}
         self._bools: dict[ex.Cond, cp_model.IntVar] = {}
         self._declare_decisions()
         self._declare_definitions()
@@ -50,16 +51,16 @@ class Lowering:
 
     def _declare_definitions(self) -> None:
         for name, term in self.cset.definitions.items():
-            lo, hi = ex.bounds(term, self.bounds, self.cset.caps)
+            lo, hi = ex.bounds(term, self.bounds, self.cset.groups)
             lo, hi = min(lo, MAX_VALUE), min(hi, MAX_VALUE)
             var = self.model.NewIntVar(lo, hi, name)
             self.model.Add(var == self.linear(term))
             self.vars[name] = var
             self.bounds[name] = (lo, hi)
 
-    def _new_aux(self, term: ex.Int) -> cp_model.IntVar:
-        lo, hi = ex.bounds(term, self.bounds, self.cset.caps)
-        return self.model.NewIntVar(min(lo, MAX_VALUE), min(hi, MAX_VALUE), "")
+    def _new_aux(self, term: ex.Int, cap: int) -> cp_model.IntVar:
+        lo, hi = ex.bounds(term, self.bounds, self.cset.groups)
+        return self.model.NewIntVar(min(lo, cap), min(hi, cap), "")
 
     # -- integer terms ----------------------------------------------------------
 
@@ -73,21 +74,22 @@ class Lowering:
             return sum((self.linear(t) for t in term.terms), 0)
         if isinstance(term, ex.Prod):
             coeff, rest = _split_coefficient(term)
-            if len(rest) == 1:
-                return coeff * self.linear(rest[0])
-            return coeff * self.var_of(ex.Prod(tuple(rest)))
+            cap = MAX_VALUE // max(abs(coeff), 1)
+            if len(rest) == 1 and isinstance(rest[0], ex.Var):
+                return coeff * self.vars[rest[0].name]
+            return coeff * self.var_of(rest[0] if len(rest) == 1 else ex.Prod(tuple(rest)), cap)
         return self.var_of(term)
 
-    def var_of(self, term: ex.Int) -> cp_model.IntVar:
-        """A variable equal to `term`, created once per distinct term."""
+    def var_of(self, term: ex.Int, cap: int = MAX_VALUE) -> cp_model.IntVar:
+        """A variable equal to `term` (at most `cap`), created once per term and cap."""
         if isinstance(term, ex.Var):
             return self.vars[term.name]
-        if term in self._aux:
-            return self._aux[term]
-        aux = self._new_aux(term)
-        self._constrain(aux, term)
-        self._aux[term] = aux
-        return aux
+        key = (term, cap)
+        if key not in self._aux:
+            aux = self._new_aux(term, cap)
+            self._constrain(aux, term)
+            self._aux[key] = aux
+        return self._aux[key]
 
     def _constrain(self, aux: cp_model.IntVar, term: ex.Int) -> None:
         model = self.model
@@ -105,6 +107,11 @@ class Lowering:
         elif isinstance(term, ex.CeilDiv):
             num = self.var_of(ex.add(term.num, term.den, -1))
             model.AddDivisionEquality(aux, num, self.var_of(term.den))
+        elif isinstance(term, ex.Mod):
+            model.AddModuloEquality(aux, self.var_of(term.num), term.den)
+        elif isinstance(term, ex.ExactDiv):
+            # aux * den == num: also makes den divide num
+            model.AddMultiplicationEquality(self.var_of(term.num), [aux, self.var_of(term.den)])
         elif isinstance(term, ex.Select):
             chosen = self.bool_of(term.cond)
             model.Add(aux == self.linear(term.then)).OnlyEnforceIf(chosen)
@@ -240,7 +247,7 @@ def _result(solver: cp_model.CpSolver, code: int, lowering: Lowering,
         return SolveResult("cpsat", Status.INFEASIBLE, wall, stats=stats)
     if code == cp_model.UNKNOWN:
         return SolveResult("cpsat", Status.TIMEOUT, wall, stats=stats)
-    raise RuntimeError(f"CP-SAT rejected the model: {solver.StatusName(code)}")
+    raise RuntimeError(f"CP-SAT rejected the model: {lowering.model.Validate()}")
 
 
 def values_of(result: SolveResult) -> Mapping[str, int]:

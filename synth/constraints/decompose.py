@@ -57,13 +57,13 @@ def components(cset: ConstraintSet) -> list[ConstraintSet]:
             constraints=tuple(c for c in cset.constraints
                               if decisions_of(c.cond) & members),
             objective=ex.add(*(t for t in terms if decisions_of(t) & members)),
-            caps=cset.caps,
+            groups=cset.groups,
         ))
     constant = ex.add(*(t for t in terms if not decisions_of(t)))
     if parts and constant != ex.ZERO:
         first = parts[0]
         parts[0] = ConstraintSet(first.decisions, first.definitions, first.constraints,
-                                 ex.add(first.objective, constant), caps=cset.caps)
+                                 ex.add(first.objective, constant), groups=cset.groups)
     return parts
 
 
@@ -88,4 +88,4 @@ def inline_definitions(cset: ConstraintSet) -> ConstraintSet:
     constraints = tuple(NamedConstraint(c.group, c.meaning, ex.substitute(c.cond, terms))  # type: ignore[arg-type]
                         for c in cset.constraints)
     objective = ex.substitute(cset.objective, terms)
-    return ConstraintSet(cset.decisions, {}, constraints, objective, caps=cset.caps)  # type: ignore[arg-type]
+    return ConstraintSet(cset.decisions, {}, constraints, objective, groups=cset.groups)  # type: ignore[arg-type]

@@ -53,6 +53,22 @@ class CeilDiv:
 
 
 @dataclass(frozen=True)
+class ExactDiv:
+    """num / den where den divides num (a constraint elsewhere ensures it)."""
+
+    num: Int
+    den: Int
+
+
+@dataclass(frozen=True)
+class Mod:
+    """num mod den, for num >= 0 and a constant den >= 1."""
+
+    num: Int
+    den: int
+
+
+@dataclass(frozen=True)
 class Select:
     """`then` when `cond` holds, else `other`."""
 
@@ -61,7 +77,7 @@ class Select:
     other: Int
 
 
-Int = Const | Var | Sum | Prod | Max | CeilDiv | Select
+Int = Const | Var | Sum | Prod | Max | CeilDiv | ExactDiv | Mod | Select
 
 # ---------------------------------------------------------------- conditions
 
@@ -166,6 +182,29 @@ def ceil_div(num: Int | int, den: Int | int) -> Int:
     return CeilDiv(num, den)
 
 
+def exact_div(num: Int | int, den: Int | int) -> Int:
+    num, den = as_int(num), as_int(den)
+    if isinstance(den, Const) and den.value == 1:
+        return num
+    if isinstance(num, Const) and isinstance(den, Const):
+        return Const(num.value // den.value)
+    return ExactDiv(num, den)
+
+
+def mod(num: Int | int, den: int) -> Int:
+    num = as_int(num)
+    if den == 1:
+        return ZERO
+    if isinstance(num, Const):
+        return Const(num.value % den)
+    return Mod(num, den)
+
+
+def round_up_waste(num: Int, multiple: int) -> Int:
+    """How much `num` grows when rounded up to a multiple of `multiple`."""
+    return mod(add(multiple, mul(-1, mod(num, multiple))), multiple)
+
+
 def select(cond: Cond | bool, then: Int | int, other: Int | int) -> Int:
     if isinstance(cond, bool):
         return as_int(then if cond else other)
@@ -209,6 +248,10 @@ def evaluate(term: Int, env: Mapping[str, int]) -> int:
         return max(evaluate(a, env) for a in term.args)
     if isinstance(term, CeilDiv):
         return -(-evaluate(term.num, env) // evaluate(term.den, env))
+    if isinstance(term, ExactDiv):
+        return evaluate(term.num, env) // evaluate(term.den, env)
+    if isinstance(term, Mod):
+        return evaluate(term.num, env) % term.den
     return evaluate(term.then if holds(term.cond, env) else term.other, env)
 
 
@@ -225,8 +268,10 @@ def children(node: Int | Cond) -> tuple[Int | Cond, ...]:
         return node.factors
     if isinstance(node, Max):
         return node.args
-    if isinstance(node, CeilDiv):
+    if isinstance(node, CeilDiv | ExactDiv):
         return (node.num, node.den)
+    if isinstance(node, Mod):
+        return (node.num,)
     if isinstance(node, Select):
         return (node.cond, node.then, node.other)
     if isinstance(node, Cmp):
@@ -258,6 +303,10 @@ def substitute(node: Int | Cond, terms: Mapping[str, Int]) -> Int | Cond:
         return maximum(*(substitute(a, terms) for a in node.args))  # type: ignore[arg-type]
     if isinstance(node, CeilDiv):
         return ceil_div(substitute(node.num, terms), substitute(node.den, terms))  # type: ignore[arg-type]
+    if isinstance(node, ExactDiv):
+        return exact_div(substitute(node.num, terms), substitute(node.den, terms))  # type: ignore[arg-type]
+    if isinstance(node, Mod):
+        return mod(substitute(node.num, terms), node.den)  # type: ignore[arg-type]
     if isinstance(node, Select):
         return Select(substitute(node.cond, terms), substitute(node.then, terms),  # type: ignore[arg-type]
                       substitute(node.other, terms))  # type: ignore[arg-type]
@@ -266,62 +315,115 @@ def substitute(node: Int | Cond, terms: Mapping[str, Int]) -> Int | Cond:
     return AnyOf(tuple(substitute(c, terms) for c in node.conds))  # type: ignore[misc]
 
 
+@dataclass(frozen=True)
+class Group:
+    """The factors one loop dimension is split into. Their product covers the extent
+    (at least `extent`, less than twice it: padding is less than one tile), which bounds
+    any product of some of them from both sides."""
+
+    name: str
+    extent: int
+    factors: tuple[Int, ...]
+    # for each factor, (level, most units) when it splits the dimension across a level's
+    # units; the factors of all dimensions at one level share that level's units
+    levels: tuple[tuple[str, int] | None, ...] = ()
+
+
 def bounds(term: Int, domains: Mapping[str, tuple[int, int]],
-           caps: Mapping[Int, tuple[str, int]] | None = None) -> tuple[int, int]:
+           groups: Mapping[Int, Group] | None = None) -> tuple[int, int]:
     """Interval bounds of a term whose variables are all non-negative.
 
-    `caps` tightens products: factors that share a group (e.g. the factors of one loop
-    dimension) multiply to at most the group's cap, which constraints elsewhere ensure.
-    Without it, a product of many factors would get bounds far beyond 64-bit integers.
+    `groups` (factor term -> its dimension's group) tightens products: without it, a
+    product of many factors gets bounds far beyond 64-bit integers above and useless (1)
+    below, and a solver cannot prove anything with those.
     """
-    caps = caps or {}
+    groups = groups or {}
     if isinstance(term, Const):
         return term.value, term.value
     if isinstance(term, Var):
         return domains[term.name]
     if isinstance(term, Sum):
-        parts = [bounds(t, domains, caps) for t in term.terms]
+        parts = [bounds(t, domains, groups) for t in term.terms]
         return sum(p[0] for p in parts), sum(p[1] for p in parts)
     if isinstance(term, Prod):
-        return _product_bounds(term, domains, caps)
+        return _product_bounds(term, domains, groups)
     if isinstance(term, Max):
-        parts = [bounds(a, domains, caps) for a in term.args]
+        parts = [bounds(a, domains, groups) for a in term.args]
         return max(p[0] for p in parts), max(p[1] for p in parts)
-    if isinstance(term, CeilDiv):
-        (nlo, nhi), (dlo, dhi) = bounds(term.num, domains, caps), bounds(term.den, domains, caps)
-        return -(-nlo // max(dhi, 1)), -(-nhi // max(dlo, 1))
-    (tlo, thi), (olo, ohi) = bounds(term.then, domains, caps), bounds(term.other, domains, caps)
+    if isinstance(term, Mod):
+        return 0, term.den - 1
+    if isinstance(term, CeilDiv | ExactDiv):
+        (nlo, nhi) = bounds(term.num, domains, groups)
+        (dlo, dhi) = bounds(term.den, domains, groups)
+        return -(-nlo // max(dhi, 1)), nhi // max(dlo, 1) if isinstance(term, ExactDiv) \
+            else -(-nhi // max(dlo, 1))
+    (tlo, thi) = bounds(term.then, domains, groups)
+    (olo, ohi) = bounds(term.other, domains, groups)
     return min(tlo, olo), max(thi, ohi)
 
 
 def _product_bounds(term: Prod, domains: Mapping[str, tuple[int, int]],
-                    caps: Mapping[Int, tuple[str, int]]) -> tuple[int, int]:
+                    groups: Mapping[Int, Group]) -> tuple[int, int]:
+    parts = [bounds(f, domains, groups) for f in term.factors]
+    if any(lo < 0 for lo, _ in parts):
+        corners = [math.prod(c) for c in _corners(parts)]
+        return min(corners), max(corners)
     lo, hi = 1, 1
-    grouped: dict[str, tuple[int, int]] = {}  # group -> (product of highs, cap)
-    for factor in term.factors:
-        flo, fhi = bounds(factor, domains, caps)
-        if flo < 0:
-            parts = [bounds(f, domains, caps) for f in term.factors]
-            corners = [math.prod(c) for c in _corners(parts)]
-            return min(corners), max(corners)
-        lo *= flo
-        group = _group_of(factor, caps)
+    by_group: dict[str, tuple[Group, list[tuple[Int, int, int, bool]]]] = {}
+    for factor, (flo, fhi) in zip(term.factors, parts, strict=True):
+        group, certain = _group_of(factor, groups)
         if group is None:
-            hi *= fhi
+            lo, hi = lo * flo, hi * fhi
         else:
-            product, cap = grouped.get(group[0], (1, group[1]))
-            grouped[group[0]] = (product * fhi, cap)
-    for product, cap in grouped.values():
-        hi *= min(product, cap)
+            by_group.setdefault(group.name, (group, []))[1].append(
+                (_base(factor), flo, fhi, certain))
+    groups_lo = 1
+    spread: list[int] = []  # the most missing factors can make up, per group
+    level_units: dict[str, list[int]] = {}  # level -> missing spatial factors' maxima
+    for group, members in by_group.values():
+        glo = math.prod(m[1] for m in members)
+        ghi = math.prod(m[2] for m in members)
+        bases = [m[0] for m in members]
+        if len(set(bases)) == len(bases):  # each factor once: the group's bounds apply
+            ghi = min(ghi, 2 * group.extent - 1)
+            present = {m[0] for m in members if m[3]}
+            missing = across = 1  # the most missing sequential / spatial factors reach
+            for factor, level in zip(group.factors, group.levels or
+                                     (None,) * len(group.factors), strict=True):
+                if factor in present:
+                    continue
+                fhi = bounds(factor, domains)[1]
+                if level is None:
+                    missing *= fhi
+                else:
+                    across *= fhi
+                    level_units.setdefault(level[0], [level[1]]).append(fhi)
+            glo = max(glo, -(-group.extent // max(missing * across, 1)))
+            spread.append(missing)
+        groups_lo *= glo
+        hi *= ghi
+    # jointly: all dimensions' extents, over what the missing factors can reach, with the
+    # units of each level shared by every dimension split across it
+    extents = math.prod(g.extent for g, _ in by_group.values())
+    reach = math.prod(spread) * math.prod(min(u[0], math.prod(u[1:]))
+                                          for u in level_units.values())
+    joint = -(-extents // max(reach, 1)) if len(spread) == len(by_group) else 1
+    lo *= max(groups_lo, joint)
     return min(lo, hi), hi
 
 
-def _group_of(factor: Int, caps: Mapping[Int, tuple[str, int]]) -> tuple[str, int] | None:
-    if factor in caps:
-        return caps[factor]
-    if isinstance(factor, Select) and factor.other == ONE:
-        return caps.get(factor.then)
-    return None
+def _base(factor: Int) -> Int:
+    return factor.then if isinstance(factor, Select) else factor
+
+
+def _group_of(factor: Int, groups: Mapping[Int, Group]) -> tuple[Group | None, bool]:
+    """The factor's group, and whether the factor surely takes its value (a `Select`
+    between a factor and 1 may be 1)."""
+    if factor in groups:
+        return groups[factor], True
+    if isinstance(factor, Select) and factor.other == ONE and factor.then in groups:
+        return groups[factor.then], False
+    return None, False
 
 
 def _corners(parts: list[tuple[int, int]]) -> Iterator[tuple[int, ...]]:
@@ -349,6 +451,10 @@ def render(node: Int | Cond) -> str:
         return "max(" + ", ".join(render(a) for a in node.args) + ")"
     if isinstance(node, CeilDiv):
         return f"ceil({render(node.num)} / {render(node.den)})"
+    if isinstance(node, ExactDiv):
+        return f"({render(node.num)} / {render(node.den)})"
+    if isinstance(node, Mod):
+        return f"({render(node.num)} mod {node.den})"
     if isinstance(node, Select):
         return f"({render(node.then)} if {render(node.cond)} else {render(node.other)})"
     if isinstance(node, Cmp):

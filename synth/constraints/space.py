@@ -138,9 +138,8 @@ class ConstraintSet:
     constraints: tuple[NamedConstraint, ...]
     objective: ex.Int  # modelled time of the whole program, picoseconds
     breakdown: Mapping[str, ex.Int] = field(default_factory=dict)  # parts of the objective
-    # factor term -> (group, cap): factors of one group multiply to at most the cap, as the
-    # constraints ensure; backends use it only to bound auxiliary variables
-    caps: Mapping[ex.Int, tuple[str, int]] = field(default_factory=dict)
+    # factor term -> the dimension it splits; backends use it only to bound auxiliaries
+    groups: Mapping[ex.Int, ex.Group] = field(default_factory=dict)
 
     def complete(self, decisions: Mapping[str, int]) -> dict[str, int]:
         """All variable values: the decisions plus every definition evaluated."""
@@ -163,47 +162,57 @@ def var_name(symbol: str, kernel: str, dim: str) -> str:
 
 @dataclass(frozen=True)
 class Factors:
-    """The factor term of every (kernel, dim, slot), and the decision domains behind them."""
+    """The factor term of every (kernel, dim, slot), each dimension's padded extent, and
+    the decision domains behind them."""
 
     slots: tuple[Slot, ...]
     terms: Mapping[tuple[str, str, int], ex.Int]  # (kernel, dim, slot index) -> term
+    extents: Mapping[tuple[str, str], ex.Int]  # (kernel, dim) -> product of all its factors
     domains: Mapping[str, tuple[int, ...]]
-    caps: Mapping[ex.Int, tuple[str, int]]
+    groups: Mapping[ex.Int, ex.Group]
 
     def of(self, kernel: str, dim: str, slot: int) -> ex.Int:
         return self.terms[(kernel, dim, slot)]
-
-    def tile(self, kernel: str, dim: str, first_slot: int) -> ex.Int:
-        """The extent of `dim` covered from slot `first_slot` inward."""
-        return ex.mul(*(self.of(kernel, dim, s) for s in range(first_slot, len(self.slots))))
 
 
 def build_factors(kernels: Sequence[KernelSpec], hw: Hardware,
                   slots: tuple[Slot, ...]) -> Factors:
     terms: dict[tuple[str, str, int], ex.Int] = {}
+    extents: dict[tuple[str, str], ex.Int] = {}
     domains: dict[str, tuple[int, ...]] = {}
-    caps: dict[ex.Int, tuple[str, int]] = {}
+    groups: dict[ex.Int, ex.Group] = {}
     root_slot = _root_temporal_slot(slots, hw)
     for kernel in kernels:
         for dim in kernel.dims:
             extent = kernel.extents[dim]
+            padded = padded_extents(extent, hw)
+            ext = _variable(domains, f"ext.{kernel.name}.{dim}", padded)
             for index, slot in enumerate(slots):
-                if index == root_slot:
-                    continue
-                values = _candidates(slot, hw, extent)
-                if len(values) == 1:
-                    terms[(kernel.name, dim, index)] = ex.const(values[0])
-                    continue
-                name = var_name(slot.symbol, kernel.name, dim)
-                domains[name] = values
-                terms[(kernel.name, dim, index)] = ex.Var(name)
+                if index != root_slot:
+                    name = var_name(slot.symbol, kernel.name, dim)
+                    terms[(kernel.name, dim, index)] = _variable(
+                        domains, name, _candidates(slot, hw, extent, padded[-1]))
             inner = ex.mul(*(terms[(kernel.name, dim, s)] for s in range(len(slots))
                              if s != root_slot))
-            terms[(kernel.name, dim, root_slot)] = ex.ceil_div(extent, inner)
-            # all factors of a dimension multiply to less than twice its extent (padding)
-            for index in range(len(slots)):
-                caps[terms[(kernel.name, dim, index)]] = (f"{kernel.name}.{dim}", 2 * extent - 1)
-    return Factors(slots, terms, domains, caps)
+            terms[(kernel.name, dim, root_slot)] = ex.exact_div(ext, inner)
+            extents[(kernel.name, dim)] = ext
+            members = tuple(terms[(kernel.name, dim, i)] for i in range(len(slots)))
+            levels = tuple((s.name, hw.levels[s.level_index].count_max)
+                           if s.kind is SlotKind.SPATIAL else None for s in slots)
+            group = ex.Group(f"{kernel.name}.{dim}", extent, members, levels)
+            for member in members:
+                if not isinstance(member, ex.Const):
+                    groups[member] = group
+    return Factors(slots, terms, extents, domains, groups)
+
+
+def _variable(domains: dict[str, tuple[int, ...]], name: str,
+              values: tuple[int, ...]) -> ex.Int:
+    """A decision over `values`, or the constant when there is only one."""
+    if len(values) == 1:
+        return ex.const(values[0])
+    domains[name] = values
+    return ex.Var(name)
 
 
 def _root_temporal_slot(slots: tuple[Slot, ...], hw: Hardware) -> int:
@@ -211,13 +220,30 @@ def _root_temporal_slot(slots: tuple[Slot, ...], hw: Hardware) -> int:
                 and s.kind is SlotKind.TEMPORAL)
 
 
-def _candidates(slot: Slot, hw: Hardware, extent: int) -> tuple[int, ...]:
-    """Values a factor may take: any unit count up to the level's maximum for a spatial
-    slot; divisors of the extent and powers of two for a temporal one (powers of two give
-    ragged tiles when the extent has no useful divisors, e.g. a prime)."""
+def padded_extents(extent: int, hw: Hardware) -> tuple[int, ...]:
+    """What a dimension may be padded to: the extent itself, or the extent rounded up to
+    a power of two times 1 or a level's unit count. Tiles divide the padded extent, so a
+    dimension with no useful divisors (a prime) is still split evenly; the padding is
+    paid for in the cost."""
+    steps = {1 << k for k in range(extent.bit_length())}
+    for level in hw.levels:
+        steps |= {level.count_max << k for k in range(extent.bit_length())}
+    return tuple(sorted({-(-extent // q) * q for q in steps if q <= extent}))
+
+
+def _candidates(slot: Slot, hw: Hardware, extent: int, largest: int) -> tuple[int, ...]:
+    """Values a factor may take: divisors of the extent and powers of two, and for a
+    spatial slot also the level's full count, all capped by the level's maximum.
+
+    Divisors give exact tilings; powers of two and full counts give padded ones when the
+    extent has no useful divisors (a prime). Other values are left out of the space:
+    they are rarely better and multiply the search.
+    """
+    values = set(divisors(extent)) | set(powers_of_two(largest))
     if slot.kind is SlotKind.SPATIAL:
-        return tuple(range(1, min(hw.levels[slot.level_index].count_max, extent) + 1))
-    return tuple(sorted(set(divisors(extent)) | set(powers_of_two(extent))))
+        limit = hw.levels[slot.level_index].count_max
+        values = {v for v in values if v <= limit} | {min(limit, largest)}
+    return tuple(sorted(values))
 
 
 def divisors(n: int) -> list[int]:
