@@ -201,6 +201,10 @@ class Statement:
         """Tensors read on the right, in order of first appearance, without repeats."""
         return tuple(dict.fromkeys(a.tensor for a in accesses(self.expr)))
 
+    def inputs_indices(self, tensor: str) -> tuple[str, ...]:
+        """The subscripts of the first access to `tensor` on the right."""
+        return next(a.indices for a in accesses(self.expr) if a.tensor == tensor)
+
 
 @dataclass(frozen=True)
 class Workload:

@@ -36,7 +36,7 @@ from synth.ir.nodes import (
     Store,
 )
 from synth.reference import elementwise
-from synth.workload import Access, DType, Workload
+from synth.workload import Access, BinOp, DType, Workload
 
 Array = np.ndarray[Any, Any]
 
@@ -77,6 +77,7 @@ class Machine:
         self.env: dict[str, int | Array] = {}
         self.grid: list[LoopVar] = []
         self.loops: dict[str, LoopVar] = {}  # the running kernel's loops, by name
+        self.carried: set[str] = set()  # dims whose loops carry a dependence (reductions)
         for decl in program.globals:
             state = self._fresh(decl, ())
             if decl.name in inputs:
@@ -140,9 +141,9 @@ class Machine:
     # -- transfers ---------------------------------------------------------------
 
     def region(self, child: BufferState, parent: BufferState, what: str
-               ) -> tuple[tuple[int | Array, ...], Array]:
-        """Index arrays into `parent` for every element of `child`'s value, and which of
-        those elements lie inside the tensor."""
+               ) -> tuple[tuple[int | Array, ...], Array | None]:
+        """Index arrays into `parent` for every element of `child`'s value (broadcastable,
+        not materialised), and which of those lie inside the tensor (None: all do)."""
         cdecl, pdecl = child.decl, parent.decl
         trailing = len(cdecl.partial_loops) + len(cdecl.shape)
         index: list[int | Array] = [self.value(v, trailing) for v in parent.instance_loops]
@@ -156,23 +157,30 @@ class Machine:
                 raise IRError(f"{what}: expected partial loop {loop} to enclose the transfer "
                               f"or to be an axis of {cdecl.name}, got neither")
         extents = self.workload.tensors[cdecl.tensor].shape
-        valid: Array = np.ones((1,) * (len(self.grid) + trailing), dtype=bool)
+        valid: Array | None = None
         first = len(cdecl.partial_loops)
         for axis, size in enumerate(cdecl.shape):
             coord = self.affine(cdecl.origin[axis], trailing) + self.trailing_range(
                 size, first + axis, trailing)
-            inside = coord < extents[axis]
             local = coord - self.affine(pdecl.origin[axis], trailing)
-            bad = inside & ((local < 0) | (local >= pdecl.shape[axis]))
+            inside = coord < extents[axis]
+            ragged = not bool(np.all(inside))
+            bad = (local < 0) | (local >= pdecl.shape[axis])
+            if ragged:
+                bad = bad & inside
             if bad.any():
                 raise IRError(f"{what}: expected the tile inside {pdecl.name} "
                               f"(axis {axis}, 0..{pdecl.shape[axis] - 1}), got index "
                               f"{int(np.asarray(local)[bad].flat[0])}")
-            valid = valid & inside
-            index.append(np.where(inside, local, 0))
-        shape = self.grid_shape + tuple(self.loop_extent(p) for p in cdecl.partial_loops) \
-            + cdecl.shape
-        return tuple(np.broadcast_to(i, shape) for i in index), np.broadcast_to(valid, shape)
+            if ragged:
+                valid = inside if valid is None else valid & inside
+                local = np.where(inside, local, 0)
+            index.append(local)
+        if valid is not None:
+            shape = self.grid_shape + tuple(self.loop_extent(p) for p in cdecl.partial_loops) \
+                + cdecl.shape
+            valid = np.broadcast_to(valid, shape)
+        return tuple(index), valid
 
 
 def _all_loops(nodes: tuple[Node, ...]) -> list[Loop]:
@@ -187,10 +195,16 @@ def _all_loops(nodes: tuple[Node, ...]) -> list[Loop]:
 # ---------------------------------------------------------------- one handler per node kind
 
 
+MAX_GRID = 1 << 16  # units run at once; beyond this, independent loops iterate instead
+
+
 @handles(Loop)
 def run_loop(m: Machine, node: Loop) -> None:
+    """Parallel loops, and sequential loops whose iterations are independent (they walk a
+    dimension the kernel does not reduce over), become grid axes; the rest iterate."""
     var = node.var
-    if var.kind is LoopKind.PARALLEL:
+    units = int(np.prod(m.grid_shape, dtype=np.int64)) * var.extent
+    if var.kind is LoopKind.PARALLEL or (var.dim not in m.carried and units <= MAX_GRID):
         axis = len(m.grid)
         m.env[var.name] = np.arange(var.extent).reshape((1,) * axis + (var.extent,))
         m.grid.append(var)
@@ -213,6 +227,10 @@ def run_alloc(m: Machine, node: Alloc) -> None:
 def run_load(m: Machine, node: Load) -> None:
     child, parent = m.buffers[node.dst], m.buffers[node.src]
     index, valid = m.region(child, parent, f"load {node.dst} <- {node.src}")
+    if valid is None:
+        child.values[...] = parent.values[index]
+        child.init[...] = parent.init[index]
+        return
     child.values[...] = np.where(valid, parent.values[index], poison(child.decl.dtype))
     child.init[...] = valid & parent.init[index]
 
@@ -222,15 +240,25 @@ def run_store(m: Machine, node: Store) -> None:
     child, parent = m.buffers[node.src], m.buffers[node.dst]
     what = f"store {node.src} -> {node.dst}"
     index, valid = m.region(child, parent, what)
+    shape = child.values.shape
+    if valid is None:
+        valid = np.ones(shape, dtype=bool)
     if not child.init[valid].all():
         raise IRError(f"{what}: expected a computed tile, got uninitialised elements")
-    targets = tuple(np.asarray(i)[valid] for i in index)
-    flat = np.ravel_multi_index(targets, parent.values.shape) if targets else np.zeros(0)
-    if len(np.unique(flat)) != len(flat):
+    targets = tuple(np.broadcast_to(i, shape)[valid] for i in index)
+    if targets and _repeats(np.ravel_multi_index(targets, parent.values.shape),
+                            parent.values.size):
         raise IRError(f"{what}: expected each element written by one unit, got units "
                       f"writing the same element")
     parent.values[targets] = child.values[valid]
     parent.init[targets] = True
+
+
+def _repeats(flat: Array, size: int) -> bool:
+    """Whether any flat index occurs twice (linear time, unlike sorting)."""
+    seen = np.zeros(size, dtype=bool)
+    seen[flat] = True
+    return int(seen.sum()) != len(flat)
 
 
 @handles(Fill)
@@ -253,92 +281,184 @@ def run_combine(m: Machine, node: Combine) -> None:
 @handles(Compute)
 def run_compute(m: Machine, node: Compute) -> None:
     stmt = m.workload.statement(node.statement)
-    trailing = len(node.dims)
-    coords = [m.affine(o, trailing) + m.trailing_range(t, k, trailing)
-              for k, (o, t) in enumerate(zip(node.origin, node.tile, strict=True))]
-    inside = [c < stmt.extents[d] for c, d in zip(coords, node.dims, strict=True)]
+    frame = ComputeFrame(m, node, stmt.extents)
+    operands = {t: frame.place(node.operands[t], stmt.inputs_indices(t)) for t in stmt.inputs}
+    target = frame.place(node.out, stmt.indices)
+    for tensor, place in operands.items():
+        place.require_initialised(f"compute {node.statement}: expected initialised "
+                                  f"{node.operands[tensor]}, got elements no load or "
+                                  f"compute wrote")
+    if stmt.op.reduces:
+        target.require_initialised(f"compute {node.statement}: expected the accumulator "
+                                   f"{node.out} loaded or filled, got uninitialised elements")
+    with np.errstate(all="ignore"):
+        value = contract(frame, stmt)
+        if value is None:
+            value = elementwise(stmt.expr, lambda acc: frame.place(
+                node.operands[acc.tensor], acc.indices).read())
+            if stmt.reduced:
+                value = reduce_points(frame, stmt, value)
+        if stmt.op.reduces:
+            value = stmt.op.ufunc(target.read(), value)
+    target.write(_cast(np.asarray(value), stmt.dtype))
 
-    def read(buffer: str, indices: tuple[str, ...]) -> tuple[Array, Array, tuple]:
-        state = m.buffers[buffer]
-        index: list[int | Array] = [m.value(v, trailing) for v in state.instance_loops]
+
+def reduce_points(frame: ComputeFrame, stmt: Any, value: Array) -> Array:
+    """Reduce over the statement's reduced dims; points outside the tensor count as the
+    operator's identity."""
+    if frame.ragged:
+        value = np.where(frame.everywhere, value, stmt.op.identity(stmt.dtype))
+    axes = tuple(len(frame.m.grid) + frame.node.dims.index(d) for d in stmt.reduced)
+    return stmt.op.ufunc.reduce(value, axis=axes, keepdims=True, dtype=np.result_type(value))
+
+
+def contract(frame: ComputeFrame, stmt: Any) -> Array | None:
+    """`a * b` summed over the reduced dims, as one einsum, when the statement is exactly
+    that: far faster than multiplying out the whole tile. Integers are contracted exactly
+    (in float64 only when the result provably fits 53 bits) and wrap like C."""
+    expr = stmt.expr
+    if not (stmt.op.value == "+=" and stmt.reduced and not frame.ragged
+            and isinstance(expr, BinOp) and expr.op == "*"
+            and isinstance(expr.lhs, Access) and isinstance(expr.rhs, Access)):
+        return None
+    m, node = frame.m, frame.node
+    grid = len(m.grid)
+    letters = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+    axes = letters[:grid + len(node.dims)]
+    operands, subscripts = [], []
+    for acc in (expr.lhs, expr.rhs):
+        array = frame.place(node.operands[acc.tensor], acc.indices).read()
+        keep = [a for a in range(grid + len(node.dims))
+                if a < grid or node.dims[a - grid] in acc.indices]
+        squeeze = tuple(a for a in range(array.ndim) if a not in keep)
+        operands.append(np.squeeze(array, axis=squeeze))
+        subscripts.append("".join(axes[a] for a in keep))
+    out = "".join(axes[a] for a in range(grid + len(node.dims))
+                  if a < grid or node.dims[a - grid] not in stmt.reduced)
+    a, b = operands
+    if a.dtype.kind in "iu":
+        depth = int(np.prod([node.tile[node.dims.index(d)] for d in stmt.reduced]))
+        bound = float(np.abs(a).max(initial=0)) * float(np.abs(b).max(initial=0)) * depth
+        work = np.float64 if bound < 2.0**53 else np.int64
+        a, b = a.astype(work), b.astype(work)
+    result = np.einsum(f"{subscripts[0]},{subscripts[1]}->{out}", a, b, optimize=True)
+    if result.dtype.kind == "f" and operands[0].dtype.kind in "iu":
+        result = np.rint(result).astype(np.int64)
+    shape = list(m.grid_shape) + [1 if d in stmt.reduced else node.tile[k]
+                                  for k, d in enumerate(node.dims)]
+    return np.asarray(result).reshape(shape)
+
+
+class ComputeFrame:
+    """The iteration points of one compute: per dim, global coordinates and validity,
+    laid out as the grid's axes followed by one axis per dim."""
+
+    def __init__(self, m: Machine, node: Compute, extents: Mapping[str, int]) -> None:
+        self.m = m
+        self.node = node
+        trailing = len(node.dims)
+        self.coords = [m.affine(o, trailing) + m.trailing_range(t, k, trailing)
+                       for k, (o, t) in enumerate(zip(node.origin, node.tile, strict=True))]
+        self.inside = [c < extents[d] for c, d in zip(self.coords, node.dims, strict=True)]
+        self.ragged = not all(bool(np.all(i)) for i in self.inside)
+
+    @property
+    def everywhere(self) -> Array | bool:
+        """Which points lie inside every dimension (True when all do)."""
+        if not self.ragged:
+            return True
+        mask = self.inside[0]
+        for inside in self.inside[1:]:
+            mask = mask & inside
+        return mask
+
+    def place(self, buffer: str, indices: tuple[str, ...]) -> TilePlace:
+        return TilePlace(self, self.m.buffers[buffer], indices)
+
+
+class TilePlace:
+    """Where a compute's points fall in one buffer: a slice when the tile sits at the same
+    offset for every unit (the common case), index arrays otherwise."""
+
+    def __init__(self, frame: ComputeFrame, state: BufferState,
+                 indices: tuple[str, ...]) -> None:
+        self.frame, self.state, self.indices = frame, state, indices
+        m, node = frame.m, frame.node
+        self.positions = [node.dims.index(d) for d in indices]
+        self.view_index = self._slices()
+        if self.view_index is None:
+            self.index, self.mask = self._arrays()
+
+    def _slices(self) -> tuple | None:
+        m, node, decl = self.frame.m, self.frame.node, self.state.decl
+        if self.frame.ragged or self.state.instance_loops != tuple(v.name for v in m.grid):
+            return None
+        slices = []
+        for axis, k in enumerate(self.positions):
+            offset = m.affine(node.origin[k] - decl.origin[axis], 0)
+            if not isinstance(offset, int):
+                return None
+            if offset < 0 or offset + node.tile[k] > decl.shape[axis]:
+                raise IRError(f"compute {node.statement}: expected {node.dims[k]} inside "
+                              f"tile of {decl.name}, got an index outside "
+                              f"0..{decl.shape[axis] - 1}")
+            slices.append(slice(offset, offset + node.tile[k]))
+        return (slice(None),) * len(m.grid) + tuple(slices)
+
+    def _arrays(self) -> tuple[tuple, Array]:
+        m, node, decl = self.frame.m, self.frame.node, self.state.decl
+        trailing = len(node.dims)
+        index: list[int | Array] = [m.value(v, trailing) for v in self.state.instance_loops]
         mask: Array = np.ones((1,) * (len(m.grid) + trailing), dtype=bool)
-        for axis, dim in enumerate(indices):
-            k = node.dims.index(dim)
-            local = coords[k] - m.affine(state.decl.origin[axis], trailing)
-            ok = inside[k]
-            if (ok & ((local < 0) | (local >= state.decl.shape[axis]))).any():
-                raise IRError(f"compute {node.statement}: expected {dim} inside tile of "
-                              f"{buffer}, got an index outside 0..{state.decl.shape[axis] - 1}")
+        for axis, k in enumerate(self.positions):
+            local = self.frame.coords[k] - m.affine(decl.origin[axis], trailing)
+            ok = self.frame.inside[k]
+            if (ok & ((local < 0) | (local >= decl.shape[axis]))).any():
+                raise IRError(f"compute {node.statement}: expected {node.dims[k]} inside "
+                              f"tile of {decl.name}, got an index outside "
+                              f"0..{decl.shape[axis] - 1}")
             index.append(np.where(ok, local, 0))
             mask = mask & ok
-        idx = tuple(index)
-        if not state.init[idx][np.broadcast_to(mask, state.init[idx].shape)].all():
-            raise IRError(f"compute {node.statement}: expected initialised {buffer}, got "
-                          f"elements no load or compute wrote")
-        return state.values[idx], mask, idx
+        shape = np.broadcast_shapes(*(np.shape(i) for i in index), mask.shape)
+        return tuple(np.broadcast_to(i, shape) for i in index), np.broadcast_to(mask, shape)
 
-    def access(acc: Access) -> Array:
-        return read(node.operands[acc.tensor], acc.indices)[0]
+    def _to_frame(self, tile: Array) -> Array:
+        """A view's axes (grid, then buffer axes) reordered and padded to the frame's."""
+        grid = len(self.frame.m.grid)
+        order = sorted(range(len(self.positions)), key=lambda a: self.positions[a])
+        tile = tile.transpose(tuple(range(grid)) + tuple(grid + a for a in order))
+        shape = list(tile.shape[:grid]) + [1] * len(self.frame.node.dims)
+        for a in order:
+            shape[grid + self.positions[a]] = self.frame.node.tile[self.positions[a]]
+        return tile.reshape(shape)
 
-    with np.errstate(all="ignore"):
-        value = elementwise(stmt.expr, access)
-        grid_axes = len(m.grid)
-        full = np.broadcast_shapes(np.shape(value), m.grid_shape + tuple(
-            node.tile[k] if node.dims[k] not in stmt.reduced else 1 for k in range(trailing)))
-        if stmt.reduced:
-            shape = np.broadcast_shapes(np.shape(value), m.grid_shape + node.tile)
-            everywhere = np.broadcast_to(np.logical_and.reduce(np.broadcast_arrays(*inside)),
-                                         shape)
-            value = np.broadcast_to(value, everywhere.shape)
-            identity = stmt.op.identity(stmt.dtype)
-            value = np.where(everywhere, value, identity)
-            axes = tuple(grid_axes + node.dims.index(d) for d in stmt.reduced)
-            value = stmt.op.ufunc.reduce(value, axis=axes, keepdims=True,
-                                         dtype=np.result_type(value))
-        out_values, out_mask, out_idx = read_target(m, node, stmt, coords, inside, trailing)
-        if stmt.op.reduces:
-            value = stmt.op.ufunc(out_values, value)
-        result = np.broadcast_to(value, np.broadcast_shapes(np.shape(value), full))
-    store_target(m, node, stmt.dtype, result, out_mask, out_idx)
+    def read(self) -> Array:
+        if self.view_index is not None:
+            return self._to_frame(self.state.values[self.view_index])
+        return self.state.values[self.index]
 
+    def require_initialised(self, message: str) -> None:
+        if self.view_index is not None:
+            ok = bool(self.state.init[self.view_index].all())
+        else:
+            ok = bool(self.state.init[self.index][self.mask].all())
+        if not ok:
+            raise IRError(message)
 
-def read_target(m: Machine, node: Compute, stmt: Any, coords: list, inside: list,
-                trailing: int) -> tuple[Array, Array, tuple]:
-    """The target tile at the compute's points (its reduced axes of length 1)."""
-    state = m.buffers[node.out]
-    index: list[int | Array] = [m.value(v, trailing) for v in state.instance_loops]
-    mask: Array = np.ones((1,) * (len(m.grid) + trailing), dtype=bool)
-    for axis, dim in enumerate(stmt.indices):
-        k = node.dims.index(dim)
-        local = coords[k] - m.affine(state.decl.origin[axis], trailing)
-        if (inside[k] & ((local < 0) | (local >= state.decl.shape[axis]))).any():
-            raise IRError(f"compute {node.statement}: expected {dim} inside tile of "
-                          f"{node.out}, got an index outside 0..{state.decl.shape[axis] - 1}")
-        index.append(np.where(inside[k], local, 0))
-        mask = mask & inside[k]
-    idx = tuple(index)
-    values = state.values[idx] if idx else state.values
-    if stmt.op.reduces:
-        init = state.init[idx] if idx else state.init
-        if not init[np.broadcast_to(mask, init.shape)].all():
-            raise IRError(f"compute {node.statement}: expected the accumulator {node.out} "
-                          f"loaded or filled, got uninitialised elements")
-    return values, mask, idx
-
-
-def store_target(m: Machine, node: Compute, dtype: DType, result: Array, mask: Array,
-                 idx: tuple) -> None:
-    state = m.buffers[node.out]
-    shape = np.broadcast_shapes(result.shape, mask.shape)
-    full_mask = np.broadcast_to(mask, shape)
-    targets = tuple(np.broadcast_to(i, shape)[full_mask] for i in idx)
-    values = np.broadcast_to(result, shape)[full_mask]
-    if not targets:  # a scalar target outside any parallel loop
-        state.values[...] = _cast(values, dtype).reshape(())
-        state.init[...] = True
-        return
-    state.values[targets] = _cast(values, dtype)
-    state.init[targets] = True
+    def write(self, result: Array) -> None:
+        if self.view_index is not None:
+            target = self._to_frame(self.state.values[self.view_index])
+            target[...] = np.broadcast_to(result, target.shape)
+            self.state.init[self.view_index] = True
+            return
+        values = np.broadcast_to(result, self.mask.shape)[self.mask]
+        points = tuple(i[self.mask] for i in self.index)
+        if not points:  # a scalar target outside any parallel loop
+            self.state.values[...] = values.reshape(-1)[0]
+            self.state.init[...] = True
+            return
+        self.state.values[points] = values
+        self.state.init[points] = True
 
 
 def _cast(values: Array, dtype: DType) -> Array:
@@ -353,5 +473,7 @@ def interpret(program: Program, workload: Workload, inputs: Mapping[str, Array]
     machine = Machine(program, workload, inputs)
     for kernel in program.kernels:
         machine.loops = {loop.var.name: loop.var for loop in _all_loops(kernel.body)}
+        machine.carried = {d for name in kernel.statements
+                           for d in workload.statement(name).reduced}
         machine.run(kernel.body)
     return machine.result()
