@@ -241,16 +241,21 @@ def run_store(m: Machine, node: Store) -> None:
     what = f"store {node.src} -> {node.dst}"
     index, valid = m.region(child, parent, what)
     shape = child.values.shape
-    if valid is None:
-        valid = np.ones(shape, dtype=bool)
-    if not child.init[valid].all():
-        raise IRError(f"{what}: expected a computed tile, got uninitialised elements")
-    targets = tuple(np.broadcast_to(i, shape)[valid] for i in index)
+    if valid is None:  # every element lies inside the tensor: no masking needed
+        if not child.init.all():
+            raise IRError(f"{what}: expected a computed tile, got uninitialised elements")
+        targets = tuple(np.broadcast_to(i, shape) for i in index)
+        values = child.values
+    else:
+        if not child.init[valid].all():
+            raise IRError(f"{what}: expected a computed tile, got uninitialised elements")
+        targets = tuple(np.broadcast_to(i, shape)[valid] for i in index)
+        values = child.values[valid]
     if targets and _repeats(np.ravel_multi_index(targets, parent.values.shape),
                             parent.values.size):
         raise IRError(f"{what}: expected each element written by one unit, got units "
                       f"writing the same element")
-    parent.values[targets] = child.values[valid]
+    parent.values[targets] = values
     parent.init[targets] = True
 
 
@@ -258,7 +263,7 @@ def _repeats(flat: Array, size: int) -> bool:
     """Whether any flat index occurs twice (linear time, unlike sorting)."""
     seen = np.zeros(size, dtype=bool)
     seen[flat] = True
-    return int(seen.sum()) != len(flat)
+    return int(np.count_nonzero(seen)) != flat.size
 
 
 @handles(Fill)
