@@ -231,6 +231,10 @@ def _solver(time_limit_s: float, workers: int) -> cp_model.CpSolver:
     solver.parameters.max_time_in_seconds = time_limit_s
     solver.parameters.random_seed = SEED
     solver.parameters.num_workers = workers
+    # Without the LP relaxation: bounds of the products (see expr.bounds) already give
+    # propagation what it needs, and on these models the LP costs more than it prunes
+    # (measured: 3-5x faster proofs on 3-D kernels; benchmarks/RESULTS.md).
+    solver.parameters.linearization_level = 0
     return solver
 
 

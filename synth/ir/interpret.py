@@ -78,6 +78,7 @@ class Machine:
         self.grid: list[LoopVar] = []
         self.loops: dict[str, LoopVar] = {}  # the running kernel's loops, by name
         self.carried: set[str] = set()  # dims whose loops carry a dependence (reductions)
+        self.nested_units: dict[str, int] = {}  # loop -> most parallel units nested inside
         for decl in program.globals:
             state = self._fresh(decl, ())
             if decl.name in inputs:
@@ -88,7 +89,12 @@ class Machine:
     # -- running -----------------------------------------------------------------
 
     def run(self, nodes: tuple[Node, ...]) -> None:
-        for node in nodes:
+        for position, node in enumerate(nodes):
+            if isinstance(node, Alloc) and _loaded_next(nodes, position):
+                # the load writes every element (data, or poison where ragged): skip the fill
+                self.buffers[node.buffer.name] = self._fresh(
+                    node.buffer, tuple(v.name for v in self.grid), poisoned=False)
+                continue
             _HANDLERS[type(node)](self, node)
 
     def result(self) -> dict[str, Array]:
@@ -127,11 +133,13 @@ class Machine:
         shape[len(self.grid) + position] = length
         return np.arange(length).reshape(shape)
 
-    def _fresh(self, decl: BufferDecl, instance: tuple[str, ...]) -> BufferState:
+    def _fresh(self, decl: BufferDecl, instance: tuple[str, ...],
+               poisoned: bool = True) -> BufferState:
         partials = tuple(self.loop_extent(p) for p in decl.partial_loops)
         shape = self.grid_shape[:len(instance)] + partials + decl.shape
-        return BufferState(decl, np.full(shape, poison(decl.dtype), dtype=decl.dtype.numpy),
-                           np.zeros(shape, dtype=bool), instance)
+        values = (np.full(shape, poison(decl.dtype), dtype=decl.dtype.numpy) if poisoned
+                  else np.empty(shape, dtype=decl.dtype.numpy))
+        return BufferState(decl, values, np.zeros(shape, dtype=bool), instance)
 
     def loop_extent(self, name: str) -> int:
         if name not in self.loops:
@@ -183,6 +191,114 @@ class Machine:
         return tuple(index), valid
 
 
+@dataclass
+class _Axis:
+    """One axis of a parent buffer's index: const + sum(coeff * unit or tile axis)."""
+
+    const: int
+    coeffs: dict[int, int]  # axis of the moved value -> coefficient
+
+
+def strided(m: Machine, child: BufferState, parent: BufferState) -> tuple[Array, Array] | None:
+    """The child's region of the parent (values, init flags) as strided views, or None
+    when it cannot be one: a ragged tile, an index leaving the parent, or two elements of
+    the value landing on one parent element. Views copy at memory speed where index
+    arrays gather element by element."""
+    cdecl, pdecl = child.decl, parent.decl
+    grid_axis = {v.name: g for g, v in enumerate(m.grid)}
+    first = len(m.grid) + len(cdecl.partial_loops)
+    axes = [_Axis(0, {grid_axis[v]: 1}) for v in parent.instance_loops]
+    for loop in pdecl.partial_loops:
+        if loop in grid_axis:
+            axes.append(_Axis(0, {grid_axis[loop]: 1}))
+        elif loop in cdecl.partial_loops:
+            axes.append(_Axis(0, {len(m.grid) + cdecl.partial_loops.index(loop): 1}))
+        elif isinstance(m.env.get(loop), int):
+            axes.append(_Axis(int(m.env[loop]), {}))  # type: ignore[arg-type]
+        else:
+            return None
+    extents = m.workload.tensors[cdecl.tensor].shape
+    for axis, size in enumerate(cdecl.shape):
+        local = _fold(m, cdecl.origin[axis] - pdecl.origin[axis], grid_axis)
+        origin = _fold(m, cdecl.origin[axis], grid_axis)
+        if origin is None or local is None:
+            return None
+        shape = m.grid_shape
+        if origin.const + sum(c * (shape[g] - 1) for g, c in origin.coeffs.items() if c > 0) \
+                + size > extents[axis]:
+            return None  # ragged: some elements lie outside the tensor
+        local.coeffs[first + axis] = 1
+        axes.append(local)
+    value_shape = child.values.shape
+    offset = 0
+    strides = [0] * len(value_shape)
+    for a, ax in enumerate(axes):
+        low = ax.const + sum(c * (value_shape[k] - 1) for k, c in ax.coeffs.items() if c < 0)
+        high = ax.const + sum(c * (value_shape[k] - 1) for k, c in ax.coeffs.items() if c > 0)
+        if low < 0 or high >= parent.values.shape[a]:
+            return None
+        offset += ax.const * parent.values.strides[a]
+        for k, c in ax.coeffs.items():
+            strides[k] += c * parent.values.strides[a]
+    if not _injective(strides, value_shape):
+        return None
+    views = []
+    for array in (parent.values, parent.init):  # same layout, different item sizes
+        base = array.reshape(-1)[offset // parent.values.itemsize:]
+        item_strides = [st // parent.values.itemsize * array.itemsize for st in strides]
+        views.append(np.lib.stride_tricks.as_strided(base, value_shape, item_strides))
+    return views[0], views[1]
+
+
+def _fold(m: Machine, expr: Affine, grid_axis: Mapping[str, int]) -> _Axis | None:
+    """An affine index with sequential loop variables replaced by their values."""
+    out = _Axis(expr.const, {})
+    for var, coeff in expr.terms:
+        if var in grid_axis:
+            out.coeffs[grid_axis[var]] = out.coeffs.get(grid_axis[var], 0) + coeff
+        elif isinstance(m.env.get(var), int):
+            out.const += coeff * int(m.env[var])  # type: ignore[arg-type]
+        else:
+            return None
+    return out
+
+
+def _injective(strides: list[int], shape: tuple[int, ...]) -> bool:
+    """Whether distinct index vectors reach distinct elements: sorted by stride, each
+    stride exceeds the reach of all smaller ones (a mixed-radix layout)."""
+    reach = 0
+    for stride, extent in sorted((abs(st), n) for st, n in zip(strides, shape, strict=True)
+                                 if n > 1):
+        if stride <= reach:
+            return False
+        reach += stride * (extent - 1)
+    return True
+
+
+def _loaded_next(nodes: tuple[Node, ...], position: int) -> bool:
+    alloc, after = nodes[position], nodes[position + 1: position + 2]
+    return (isinstance(alloc, Alloc) and bool(after) and isinstance(after[0], Load)
+            and after[0].dst == alloc.buffer.name)
+
+
+def _nested_units(nodes: tuple[Node, ...]) -> dict[str, int]:
+    """For each loop, the largest product of parallel extents found inside its body."""
+    table: dict[str, int] = {}
+
+    def visit(body: tuple[Node, ...]) -> int:
+        most = 1
+        for node in body:
+            if isinstance(node, Loop):
+                inside = visit(node.body)
+                table[node.var.name] = inside
+                own = node.var.extent if node.var.kind is LoopKind.PARALLEL else 1
+                most = max(most, own * inside)
+        return most
+
+    visit(nodes)
+    return table
+
+
 def _all_loops(nodes: tuple[Node, ...]) -> list[Loop]:
     out: list[Loop] = []
     for node in nodes:
@@ -203,7 +319,7 @@ def run_loop(m: Machine, node: Loop) -> None:
     """Parallel loops, and sequential loops whose iterations are independent (they walk a
     dimension the kernel does not reduce over), become grid axes; the rest iterate."""
     var = node.var
-    units = int(np.prod(m.grid_shape, dtype=np.int64)) * var.extent
+    units = int(np.prod(m.grid_shape, dtype=np.int64)) * var.extent * m.nested_units[var.name]
     if var.kind is LoopKind.PARALLEL or (var.dim not in m.carried and units <= MAX_GRID):
         axis = len(m.grid)
         m.env[var.name] = np.arange(var.extent).reshape((1,) * axis + (var.extent,))
@@ -226,6 +342,11 @@ def run_alloc(m: Machine, node: Alloc) -> None:
 @handles(Load)
 def run_load(m: Machine, node: Load) -> None:
     child, parent = m.buffers[node.dst], m.buffers[node.src]
+    views = strided(m, child, parent)
+    if views is not None:
+        child.values[...] = views[0]
+        child.init[...] = views[1]
+        return
     index, valid = m.region(child, parent, f"load {node.dst} <- {node.src}")
     if valid is None:
         child.values[...] = parent.values[index]
@@ -239,6 +360,13 @@ def run_load(m: Machine, node: Load) -> None:
 def run_store(m: Machine, node: Store) -> None:
     child, parent = m.buffers[node.src], m.buffers[node.dst]
     what = f"store {node.src} -> {node.dst}"
+    views = strided(m, child, parent)
+    if views is not None:
+        if not child.init.all():
+            raise IRError(f"{what}: expected a computed tile, got uninitialised elements")
+        views[0][...] = child.values
+        views[1][...] = True
+        return
     index, valid = m.region(child, parent, what)
     shape = child.values.shape
     if valid is None:  # every element lies inside the tensor: no masking needed
@@ -344,7 +472,8 @@ def contract(frame: ComputeFrame, stmt: Any) -> Array | None:
     if a.dtype.kind in "iu":
         depth = int(np.prod([node.tile[node.dims.index(d)] for d in stmt.reduced]))
         bound = float(np.abs(a).max(initial=0)) * float(np.abs(b).max(initial=0)) * depth
-        work = np.float64 if bound < 2.0**53 else np.int64
+        # the smallest type in which every partial sum is exact
+        work = np.float32 if bound < 2.0**24 else np.float64 if bound < 2.0**53 else np.int64
         a, b = a.astype(work), b.astype(work)
     result = np.einsum(f"{subscripts[0]},{subscripts[1]}->{out}", a, b, optimize=True)
     if result.dtype.kind == "f" and operands[0].dtype.kind in "iu":
@@ -480,5 +609,6 @@ def interpret(program: Program, workload: Workload, inputs: Mapping[str, Array]
         machine.loops = {loop.var.name: loop.var for loop in _all_loops(kernel.body)}
         machine.carried = {d for name in kernel.statements
                            for d in workload.statement(name).reduced}
+        machine.nested_units = _nested_units(kernel.body)
         machine.run(kernel.body)
     return machine.result()
