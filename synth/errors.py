@@ -36,7 +36,7 @@ class SourceLocation:
 
 
 class LocatedError(InputError):
-    """An input error at a place in a file: printed as `file:line:col: message`, the line, a caret."""
+    """An input error at a place in a file: `file:line:col: message`, the line, a caret."""
 
     def __init__(self, message: str, location: SourceLocation) -> None:
         self.message = message
@@ -65,6 +65,6 @@ class ValidationError(SynthError):
 
 
 class IRError(SynthError):
-    """A loop nest that breaks an IR rule (verifier or interpreter); exit 4 when it reaches the CLI."""
+    """A loop nest that breaks an IR rule (verifier or interpreter); exit 4 at the CLI."""
 
     exit_code = 4

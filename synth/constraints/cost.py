@@ -34,7 +34,7 @@ from synth.constraints.space import (
     hierarchy_slots,
 )
 from synth.hardware import Hardware, Memory
-from synth.workload import Workload, op_classes
+from synth.workload import Statement, Workload, op_classes
 
 
 @dataclass(frozen=True)
@@ -242,9 +242,9 @@ def tiling_constraints(kt: KernelTerms) -> list[NamedConstraint]:
     for dim in kt.kernel.dims:
         inner = ex.mul(*(kt.f(dim, s) for s in range(len(kt.slots)) if s != root))
         ext = kt.factors.extents[(kt.kernel.name, dim)]
-        if isinstance(inner, ex.Const) and isinstance(ext, ex.Const):
-            if ext.value % inner.value == 0:
-                continue
+        if (isinstance(inner, ex.Const) and isinstance(ext, ex.Const)
+                and ext.value % inner.value == 0):
+            continue
         out.append(NamedConstraint(
             "tiling", f"kernel {kt.kernel.name}: tiles of {dim} divide its padded extent",
             ex.Cmp(ex.mul(kt.f(dim, root), inner), "==", ext)))
@@ -344,7 +344,7 @@ def compute_cost(kt: KernelTerms) -> ex.Int:
     return ex.mul(point_ps, kt.sequential_points(), *stretch)
 
 
-def statement_ops(stmt) -> Counter[str]:  # type: ignore[no-untyped-def]
+def statement_ops(stmt: Statement) -> Counter[str]:
     ops = op_classes(stmt.expr)
     ops[stmt.op.op_class] += 1
     return ops

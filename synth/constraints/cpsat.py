@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
+from typing import Any
 
 from ortools.sat.python import cp_model
 
 from synth.constraints import expr as ex
-from synth.constraints.result import SolveResult, Status
 from synth.constraints.decompose import components
+from synth.constraints.result import SolveResult, Status
 from synth.constraints.space import ConstraintSet
 
 SEED = 0  # fixed, so the same input gives the same schedule
@@ -45,22 +46,22 @@ class Lowering:
 
     def _declare_decisions(self) -> None:
         for name, values in self.cset.decisions.items():
-            domain = cp_model.Domain.FromValues(list(values))
-            self.vars[name] = self.model.NewIntVarFromDomain(domain, name)
+            domain = cp_model.Domain.from_values(list(values))
+            self.vars[name] = self.model.new_int_var_from_domain(domain, name)
             self.bounds[name] = (values[0], values[-1])
 
     def _declare_definitions(self) -> None:
         for name, term in self.cset.definitions.items():
             lo, hi = ex.bounds(term, self.bounds, self.cset.groups)
             lo, hi = min(lo, MAX_VALUE), min(hi, MAX_VALUE)
-            var = self.model.NewIntVar(lo, hi, name)
-            self.model.Add(var == self.linear(term))
+            var = self.model.new_int_var(lo, hi, name)
+            self.model.add(var == self.linear(term))
             self.vars[name] = var
             self.bounds[name] = (lo, hi)
 
     def _new_aux(self, term: ex.Int, cap: int) -> cp_model.IntVar:
         lo, hi = ex.bounds(term, self.bounds, self.cset.groups)
-        return self.model.NewIntVar(min(lo, cap), min(hi, cap), "")
+        return self.model.new_int_var(min(lo, cap), min(hi, cap), "")
 
     # -- integer terms ----------------------------------------------------------
 
@@ -96,28 +97,28 @@ class Lowering:
         if isinstance(term, ex.Prod):
             coeff, rest = _split_coefficient(term)
             if coeff != 1 or len(rest) == 1:
-                model.Add(aux == self.linear(term))
+                model.add(aux == self.linear(term))
             else:
                 # pairwise, so each intermediate product has tight bounds
                 head = self.var_of(rest[0]) if len(rest) == 2 else self.var_of(
                     ex.Prod(tuple(rest[:-1])))
-                model.AddMultiplicationEquality(aux, [head, self.var_of(rest[-1])])
+                model.add_multiplication_equality(aux, [head, self.var_of(rest[-1])])
         elif isinstance(term, ex.Max):
-            model.AddMaxEquality(aux, [self.linear(a) for a in term.args])
+            model.add_max_equality(aux, [self.linear(a) for a in term.args])
         elif isinstance(term, ex.CeilDiv):
             num = self.var_of(ex.add(term.num, term.den, -1))
-            model.AddDivisionEquality(aux, num, self.var_of(term.den))
+            model.add_division_equality(aux, num, self.var_of(term.den))
         elif isinstance(term, ex.Mod):
-            model.AddModuloEquality(aux, self.var_of(term.num), term.den)
+            model.add_modulo_equality(aux, self.var_of(term.num), term.den)
         elif isinstance(term, ex.ExactDiv):
             # aux * den == num: also makes den divide num
-            model.AddMultiplicationEquality(self.var_of(term.num), [aux, self.var_of(term.den)])
+            model.add_multiplication_equality(self.var_of(term.num), [aux, self.var_of(term.den)])
         elif isinstance(term, ex.Select):
             chosen = self.bool_of(term.cond)
-            model.Add(aux == self.linear(term.then)).OnlyEnforceIf(chosen)
-            model.Add(aux == self.linear(term.other)).OnlyEnforceIf(chosen.Not())
+            model.add(aux == self.linear(term.then)).only_enforce_if(chosen)
+            model.add(aux == self.linear(term.other)).only_enforce_if(chosen.negated())
         else:
-            model.Add(aux == self.linear(term))
+            model.add(aux == self.linear(term))
 
     # -- conditions -------------------------------------------------------------
 
@@ -125,36 +126,36 @@ class Lowering:
         """A boolean variable that is true exactly when `cond` holds."""
         if cond in self._bools:
             return self._bools[cond]
-        b = self.model.NewBoolVar("")
+        b = self.model.new_bool_var("")
         if isinstance(cond, ex.AnyOf):
             parts = [self.bool_of(c) for c in cond.conds]
             # b -> some part holds;  each part -> b
-            self.model.AddBoolOr(parts).OnlyEnforceIf(b)
+            self.model.add_bool_or(parts).only_enforce_if(b)
             for part in parts:
-                self.model.AddImplication(part, b)
+                self.model.add_implication(part, b)
         else:
             # b -> lhs OP rhs;  not b -> the negation
-            self.model.Add(_compare(self.linear(cond.lhs), cond.op,
-                                    self.linear(cond.rhs))).OnlyEnforceIf(b)
-            self.model.Add(_compare(self.linear(cond.lhs), _NEGATION[cond.op],
-                                    self.linear(cond.rhs))).OnlyEnforceIf(b.Not())
+            self.model.add(_compare(self.linear(cond.lhs), cond.op,
+                                    self.linear(cond.rhs))).only_enforce_if(b)
+            self.model.add(_compare(self.linear(cond.lhs), _NEGATION[cond.op],
+                                    self.linear(cond.rhs))).only_enforce_if(b.negated())
         self._bools[cond] = b
         return b
 
     def require(self, cond: ex.Cond, enforce: cp_model.IntVar | None = None) -> None:
         """Add `cond` as a hard constraint (only under `enforce` when given)."""
         if isinstance(cond, ex.AnyOf):
-            ct = self.model.AddBoolOr([self.bool_of(c) for c in cond.conds])
+            ct = self.model.add_bool_or([self.bool_of(c) for c in cond.conds])
         else:
-            ct = self.model.Add(_compare(self.linear(cond.lhs), cond.op, self.linear(cond.rhs)))
+            ct = self.model.add(_compare(self.linear(cond.lhs), cond.op, self.linear(cond.rhs)))
         if enforce is not None:
-            ct.OnlyEnforceIf(enforce)
+            ct.only_enforce_if(enforce)
 
 
 _NEGATION = {"<=": ">", ">=": "<", "<": ">=", ">": "<=", "==": "!="}
 
 
-def _compare(lhs: Linear, op: str, rhs: Linear) -> cp_model.BoundedLinearExpression:
+def _compare(lhs: Linear, op: str, rhs: Linear) -> Any:  # a CP-SAT constraint expression
     if op == "<=":
         return lhs <= rhs
     if op == ">=":
@@ -220,9 +221,9 @@ def _solve_part(cset: ConstraintSet, time_limit_s: float, workers: int) -> Solve
     lowering = Lowering(cset)
     for constraint in cset.constraints:
         lowering.require(constraint.cond)
-    lowering.model.Minimize(lowering.linear(cset.objective))
+    lowering.model.minimize(lowering.linear(cset.objective))
     solver = _solver(time_limit_s, workers)
-    code = solver.Solve(lowering.model)
+    code = solver.solve(lowering.model)
     return _result(solver, code, lowering, time.perf_counter() - start)
 
 
@@ -238,20 +239,20 @@ def _solver(time_limit_s: float, workers: int) -> cp_model.CpSolver:
     return solver
 
 
-def _result(solver: cp_model.CpSolver, code: int, lowering: Lowering,
+def _result(solver: cp_model.CpSolver, code: cp_model.CpSolverStatus, lowering: Lowering,
             wall: float) -> SolveResult:
-    stats = {"branches": solver.NumBranches(), "conflicts": solver.NumConflicts()}
+    stats = {"branches": solver.num_branches, "conflicts": solver.num_conflicts}
     if code in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        decisions = {n: solver.Value(lowering.vars[n]) for n in lowering.cset.decisions}
+        decisions = {n: solver.value(lowering.vars[n]) for n in lowering.cset.decisions}
         env = lowering.cset.complete(decisions)
         status = Status.OPTIMAL if code == cp_model.OPTIMAL else Status.FEASIBLE
-        return SolveResult("cpsat", status, wall, env, int(solver.ObjectiveValue()),
-                           int(solver.BestObjectiveBound()), stats)
+        return SolveResult("cpsat", status, wall, env, int(solver.objective_value),
+                           int(solver.best_objective_bound), stats)
     if code == cp_model.INFEASIBLE:
         return SolveResult("cpsat", Status.INFEASIBLE, wall, stats=stats)
     if code == cp_model.UNKNOWN:
         return SolveResult("cpsat", Status.TIMEOUT, wall, stats=stats)
-    raise RuntimeError(f"CP-SAT rejected the model: {lowering.model.Validate()}")
+    raise RuntimeError(f"CP-SAT rejected the model: {lowering.model.validate()}")
 
 
 def values_of(result: SolveResult) -> Mapping[str, int]:

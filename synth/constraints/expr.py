@@ -167,7 +167,7 @@ def scale(total: Int, *factors: Int | int) -> Int:
 def maximum(*args: Int | int) -> Int:
     items = list(dict.fromkeys(map(as_int, args)))
     consts = [a.value for a in items if isinstance(a, Const)]
-    rest = [a for a in items if not isinstance(a, Const)]
+    rest: list[Int] = [a for a in items if not isinstance(a, Const)]
     if consts:
         rest.append(Const(max(consts)))
     return rest[0] if len(rest) == 1 else Max(tuple(rest))
@@ -225,7 +225,7 @@ def any_of(conds: Iterable[Cond | bool]) -> Cond | bool:
         if cond is True:
             return True
         if cond is not False:
-            items.append(cond)  # type: ignore[arg-type]
+            items.append(cond)
     if not items:
         return False
     return items[0] if len(items) == 1 else AnyOf(tuple(items))

@@ -53,13 +53,16 @@ def poison(dtype: DType) -> float | int:
     return float("nan") if dtype.is_float else int(np.iinfo(dtype.numpy).min) + 7
 
 
-_HANDLERS: dict[type, Callable[[Machine, Any], None]] = {}
+_HANDLERS: dict[type, Handler] = {}
 
 
-def handles(kind: type) -> Callable[[Callable[[Machine, Any], None]], Callable[[Machine, Any], None]]:
+Handler = Callable[["Machine", Any], None]
+
+
+def handles(kind: type) -> Callable[[Handler], Handler]:
     """Register the implementation of one node kind."""
 
-    def register(fn: Callable[[Machine, Any], None]) -> Callable[[Machine, Any], None]:
+    def register(fn: Handler) -> Handler:
         _HANDLERS[kind] = fn
         return fn
 
@@ -214,7 +217,7 @@ def strided(m: Machine, child: BufferState, parent: BufferState) -> tuple[Array,
         elif loop in cdecl.partial_loops:
             axes.append(_Axis(0, {len(m.grid) + cdecl.partial_loops.index(loop): 1}))
         elif isinstance(m.env.get(loop), int):
-            axes.append(_Axis(int(m.env[loop]), {}))  # type: ignore[arg-type]
+            axes.append(_Axis(int(m.env[loop]), {}))
         else:
             return None
     extents = m.workload.tensors[cdecl.tensor].shape
@@ -257,7 +260,7 @@ def _fold(m: Machine, expr: Affine, grid_axis: Mapping[str, int]) -> _Axis | Non
         if var in grid_axis:
             out.coeffs[grid_axis[var]] = out.coeffs.get(grid_axis[var], 0) + coeff
         elif isinstance(m.env.get(var), int):
-            out.const += coeff * int(m.env[var])  # type: ignore[arg-type]
+            out.const += coeff * int(m.env[var])
         else:
             return None
     return out
@@ -517,7 +520,7 @@ class TilePlace:
     def __init__(self, frame: ComputeFrame, state: BufferState,
                  indices: tuple[str, ...]) -> None:
         self.frame, self.state, self.indices = frame, state, indices
-        m, node = frame.m, frame.node
+        node = frame.node
         self.positions = [node.dims.index(d) for d in indices]
         self.view_index = self._slices()
         if self.view_index is None:

@@ -181,7 +181,7 @@ class KernelBuilder:
     def _computes(self) -> list[Node]:
         innermost = self.model.hw.memories[-1].name
         depth = len(self.loops)
-        out = []
+        out: list[Node] = []
         for stmt in self.spec.statements:
             dims = stmt.dims
             out.append(Compute(
