@@ -1,0 +1,395 @@
+"""The `synth` command line: `synth solve` and `synth list` (DESIGN.md section 8).
+
+The CLI only parses arguments, runs `synth.pipeline.run` and renders the outcome; the
+report's content comes from `synth.report`, so the human output and `--json` agree.
+
+Exit codes are part of the interface and decided in one place (`outcome_exit_code` and
+`guarded`): 0 solved (and validated unless --no-validate), 1 infeasible, 2 bad input,
+3 no solution within the time limit, 4 validation failed or a broken loop nest (IRError),
+70 an internal error (a bug: rerun with SYNTH_DEBUG=1 for the traceback).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+import tomllib
+from collections.abc import Callable, Sequence
+from importlib import resources
+from typing import Annotated, Any
+
+import typer
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+from synth import report
+from synth.constraints.result import Status
+from synth.errors import InputError, SynthError
+from synth.hwfile import list_builtin_hardware, load_hardware
+from synth.ir.printer import print_program
+from synth.lang import list_builtin_workloads, load_workload
+from synth.pipeline import SOLVERS, Outcome, Request, run
+
+EXIT_OK = 0
+EXIT_INFEASIBLE = 1
+EXIT_TIMEOUT = 3
+EXIT_VALIDATION = 4
+EXIT_INTERNAL = 70  # EX_SOFTWARE of sysexits.h: a bug in synth, not in the input
+
+DEBUG_ENV = "SYNTH_DEBUG"
+
+app = typer.Typer(
+    name="synth",
+    help="Synthesise the best schedule of a tensor workload on a hardware model.",
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+
+
+# ---------------------------------------------------------------- argument parsing
+
+
+_SIZE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def parse_size_setting(text: str) -> tuple[str, int]:
+    """`N=4096` -> ("N", 4096). Checked here, before any work, so that a typo is reported
+    as the argument the user wrote rather than as a later, vaguer failure."""
+    name, sep, value = text.partition("=")
+    name, value = name.strip(), value.strip()
+    if not sep or not _SIZE_NAME.match(name):
+        raise InputError(f"--set {text}: expected NAME=INT, e.g. --set N=4096")
+    if not value.isdigit() or int(value) <= 0:
+        raise InputError(f"--set {text}: size '{name}' must be a positive integer, "
+                         f"got {value!r}")
+    return name, int(value)
+
+
+def parse_size_settings(texts: Sequence[str]) -> dict[str, int]:
+    sizes: dict[str, int] = {}
+    for text in texts:
+        name, value = parse_size_setting(text)
+        if name in sizes:
+            raise InputError(f"--set {name} given twice ({name}={sizes[name]} and "
+                             f"{name}={value})")
+        sizes[name] = value
+    return sizes
+
+
+def check_solver(solver: str) -> str:
+    if solver not in SOLVERS:
+        raise InputError(f"unknown solver {solver!r}; expected one of {', '.join(SOLVERS)}")
+    return solver
+
+
+def check_time_limit(seconds: float) -> float:
+    if not seconds > 0:  # also rejects NaN
+        raise InputError(f"--time-limit {seconds}: expected a positive number of seconds")
+    return seconds
+
+
+# ---------------------------------------------------------------- errors and exit codes
+
+
+def debugging() -> bool:
+    return os.environ.get(DEBUG_ENV, "") not in ("", "0")
+
+
+def guarded(action: Callable[[], int]) -> int:
+    """Run `action`, turning every exception into a message on stderr and an exit code.
+
+    A `SynthError` is the user's problem and carries its own exit code; anything else is
+    synth's bug, reported in one line with a hint, and re-raised under SYNTH_DEBUG=1 so a
+    developer gets the traceback."""
+    try:
+        return action()
+    except SynthError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except Exception as exc:
+        if debugging():
+            raise
+        print(f"internal error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        print(f"this is a bug in synth; rerun with {DEBUG_ENV}=1 for the traceback",
+              file=sys.stderr)
+        return EXIT_INTERNAL
+
+
+def outcome_exit_code(outcome: Outcome) -> int:
+    status = outcome.result.status
+    if status is Status.INFEASIBLE:
+        return EXIT_INFEASIBLE
+    if status is Status.TIMEOUT:
+        return EXIT_TIMEOUT
+    if outcome.validation is not None and not outcome.validation.passed:
+        return EXIT_VALIDATION
+    return EXIT_OK
+
+
+# ---------------------------------------------------------------- human output
+
+
+def make_console() -> Console:
+    """A console on the current stdout, built per call (test runners swap stdout).
+
+    Rich drops colour and styles by itself when stdout is not a terminal or NO_COLOR is
+    set; highlighting is off so numbers in messages are not coloured at random."""
+    return Console(highlight=False)
+
+
+def format_seconds(seconds: float) -> str:
+    """A duration with a unit that keeps 3-4 significant digits readable."""
+    if seconds == 0:
+        return "0 s"
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6), ("ns", 1e-9)):
+        if abs(seconds) >= scale:
+            return f"{seconds / scale:.4g} {unit}"
+    return f"{seconds / 1e-12:.4g} ps"
+
+
+def format_error(value: Any) -> str:
+    return f"{value:.3g}" if isinstance(value, float) else str(value)
+
+
+def header_line(outcome: Outcome) -> str:
+    r = outcome.result
+    sizes = " ".join(f"{k}={v}" for k, v in outcome.workload.sizes.items())
+    parts = [f"{outcome.workload.name} ({sizes}) on {outcome.hardware.name}: "
+             f"{r.status.value}"]
+    if r.objective is not None:
+        parts.append(f"objective {format_seconds(r.objective / report.PS_PER_S)}")
+    if r.status is not Status.OPTIMAL and r.bound is not None:
+        gap = report.relative_gap(r.status, r.objective, r.bound)
+        bound = f"bound {format_seconds(r.bound / report.PS_PER_S)}"
+        parts.append(bound + (f" (gap {gap:.1%})" if gap is not None else ""))
+    parts.append(f"solve time {format_seconds(r.wall_s)} ({r.solver})")
+    return ", ".join(parts)
+
+
+def variables_table(outcome: Outcome) -> Table:
+    table = Table(title="Symbolic variables", box=box.SIMPLE_HEAD, title_justify="left")
+    table.add_column("name", no_wrap=True)
+    table.add_column("value", justify="right", no_wrap=True)
+    table.add_column("meaning")
+    for row in report.variable_rows(outcome):
+        table.add_row(row.name, str(row.value), row.meaning)
+    return table
+
+
+def kernels_table(outcome: Outcome) -> Table:
+    table = Table(title="Kernels (fusion groups)", box=box.SIMPLE_HEAD, title_justify="left")
+    table.add_column("kernel", no_wrap=True)
+    table.add_column("statements")
+    table.add_column("loops (outermost first)")
+    for group in report.groups(outcome.program):
+        table.add_row(group["name"], ", ".join(group["statements"]),
+                      ", ".join(group["loops"]) or "(none)")
+    return table
+
+
+def placement_table(outcome: Outcome) -> Table:
+    """Per kernel and tensor: the innermost memory, and the tile held in each memory."""
+    table = Table(title="Placement", box=box.SIMPLE_HEAD, title_justify="left")
+    table.add_column("kernel/tensor", no_wrap=True)
+    table.add_column("innermost", no_wrap=True)
+    table.add_column("tiles")
+    tiles: dict[str, list[str]] = {}
+    for buf in report.buffers(outcome.program):
+        shape = "x".join(str(n) for n in buf["shape"])
+        partial = " partials" if buf["partials"] else ""
+        tiles.setdefault(f"{buf['kernel']}/{buf['tensor']}", []).append(
+            f"{buf['memory']} {buf['dtype']}[{shape}]{partial}")
+    for key, memory in report.placements(outcome).items():
+        table.add_row(key, memory, ", ".join(tiles.get(key, [])))
+    return table
+
+
+def cost_table(outcome: Outcome) -> Table:
+    table = Table(title="Modelled cost", box=box.SIMPLE_HEAD, title_justify="left")
+    table.add_column("part", no_wrap=True)
+    table.add_column("time", justify="right", no_wrap=True)
+    table.add_column("share", justify="right", no_wrap=True)
+    parts = report.cost_parts(outcome.cost or {})
+    total = sum(p.ps for p in parts)
+    for part in parts:
+        label = f"transfer {part.name}" if part.is_transfer else part.name
+        share = f"{part.ps / total:.1%}" if total else "-"
+        table.add_row(label, format_seconds(part.seconds), share)
+    table.add_section()
+    table.add_row("total", format_seconds(total / report.PS_PER_S), "100.0%" if total else "-")
+    return table
+
+
+def validation_line(outcome: Outcome) -> str:
+    v = outcome.validation
+    if v is None:
+        return "validation: skipped (--no-validate)"
+    verdict = "passed" if v.passed else "FAILED"
+    failing = [name for name, o in v.per_output.items() if not o.get("passed", True)]
+    where = f" (outputs {', '.join(failing)})" if failing else ""
+    return (f"validation against NumPy: {verdict}{where}, max abs err "
+            f"{format_error(v.max_abs_err)}, max rel err {format_error(v.max_rel_err)} "
+            f"({format_seconds(v.wall_s)})")
+
+
+def no_schedule_message(outcome: Outcome, time_limit_s: float) -> str | None:
+    status = outcome.result.status
+    if status is Status.INFEASIBLE:
+        return report.infeasible_message(outcome)
+    if status is Status.TIMEOUT:
+        return (f"no schedule found within the time limit of {time_limit_s:g} s; "
+                f"raise --time-limit or make the problem smaller with --set NAME=INT")
+    return None
+
+
+def print_human(outcome: Outcome, request: Request) -> None:
+    console = make_console()
+    console.print(header_line(outcome), markup=False, soft_wrap=True)
+    message = no_schedule_message(outcome, request.time_limit_s)
+    if message is not None or outcome.program is None:
+        console.print(message or "no schedule", markup=False, soft_wrap=True)
+        return
+    for table in (variables_table(outcome), kernels_table(outcome), placement_table(outcome)):
+        console.print()
+        console.print(table)
+    console.print()
+    console.print("Loop nest", markup=False)
+    # soft_wrap: long lines stay whole (no rewrapping) so the nest keeps its indentation
+    console.print(print_program(outcome.program), markup=False, soft_wrap=True)
+    console.print()
+    console.print(cost_table(outcome))
+    console.print(validation_line(outcome), markup=False, soft_wrap=True)
+
+
+def print_json(outcome: Outcome) -> None:
+    """Exactly one JSON object on stdout; strict JSON (no NaN/Infinity literals)."""
+    sys.stdout.write(json.dumps(report.to_json(outcome), indent=2, allow_nan=False) + "\n")
+
+
+# ---------------------------------------------------------------- commands
+
+
+def solve_request(request: Request, as_json: bool) -> int:
+    outcome = run(request)
+    if as_json:
+        print_json(outcome)
+    else:
+        print_human(outcome, request)
+    return outcome_exit_code(outcome)
+
+
+@app.command()
+def solve(
+    workload: Annotated[str, typer.Argument(
+        metavar="WORKLOAD", help="A built-in workload name (see `synth list`) or a .syn file.")],
+    hw: Annotated[str, typer.Option(
+        "--hw", help="A built-in hardware model name or a .toml file.")],
+    sizes: Annotated[list[str] | None, typer.Option(
+        "--set", metavar="NAME=INT", help="Override a problem size (repeatable).")] = None,
+    hw_set: Annotated[list[str] | None, typer.Option(
+        "--hw-set", metavar="KEY=VALUE",
+        help="Override a hardware parameter, e.g. wram.capacity=32KiB (repeatable).")] = None,
+    solver: Annotated[str, typer.Option(
+        help=f"Solver backend: {' | '.join(SOLVERS)}.")] = "cpsat",
+    time_limit: Annotated[float, typer.Option(
+        "--time-limit", metavar="SEC", help="Solver time limit in seconds.")] = 30.0,
+    as_json: Annotated[bool, typer.Option(
+        "--json", help="Print one JSON report object to stdout and nothing else.")] = False,
+    no_validate: Annotated[bool, typer.Option(
+        "--no-validate", help="Skip running the loop nest against NumPy.")] = False,
+) -> None:
+    """Find the best schedule of WORKLOAD on the hardware model, print it and check it.
+
+    Exit codes: 0 solved, 1 infeasible, 2 bad input, 3 time limit, 4 validation failed.
+    """
+    def action() -> int:
+        request = Request(workload, hw, parse_size_settings(sizes or []), tuple(hw_set or []),
+                          check_solver(solver), check_time_limit(time_limit),
+                          validate=not no_validate)
+        return solve_request(request, as_json)
+
+    raise typer.Exit(guarded(action))
+
+
+def workload_summary(name: str) -> str:
+    """A one-phrase description of a built-in workload from its leading comment block.
+
+    Built-ins open with `# name: phrase (source): details...`; the phrase before the
+    first ': ' is what a listing needs, the rest stays in the file."""
+    text = (resources.files("synth") / "workloads" / f"{name}.syn").read_text(encoding="utf-8")
+    lines: list[str] = []
+    for raw in text.splitlines():
+        stripped = raw.strip()
+        if not stripped.startswith("#") or stripped == "#":
+            break
+        lines.append(stripped.lstrip("#").strip())
+    summary = " ".join(lines).removeprefix(f"{name}:").strip()
+    head, sep, _ = summary.partition(": ")
+    return head if sep else summary.partition(". ")[0]
+
+
+def workloads_table() -> Table:
+    table = Table(title="Built-in workloads", box=box.SIMPLE_HEAD, title_justify="left")
+    table.add_column("name", no_wrap=True)
+    table.add_column("sizes")
+    table.add_column("stmts", justify="right", no_wrap=True)
+    table.add_column("description")
+    for name in list_builtin_workloads():
+        try:
+            wl = load_workload(name)
+            sizes = " ".join(f"{k}={v}" for k, v in wl.sizes.items())
+            count = str(len(wl.statements))
+        except SynthError as exc:  # a broken built-in should not hide the others
+            sizes, count = f"error: {exc}", "-"
+        table.add_row(name, sizes, count, workload_summary(name))
+    return table
+
+
+def hardware_description(name: str) -> str:
+    """The model's `description`, read from its TOML (the Hardware data does not keep it)."""
+    path = resources.files("synth") / "hardware" / f"{name}.toml"
+    tree = tomllib.loads(path.read_text(encoding="utf-8"))
+    return str(tree.get("description", ""))
+
+
+def hardware_table() -> Table:
+    table = Table(title="Built-in hardware models", box=box.SIMPLE_HEAD, title_justify="left")
+    table.add_column("name", no_wrap=True)
+    table.add_column("counts", no_wrap=True)
+    table.add_column("memories", no_wrap=True)
+    table.add_column("description")
+    for name in list_builtin_hardware():
+        try:
+            hw = load_hardware(name)
+            counts = ", ".join(f"{lv.symbol} {lv.count_min}..{lv.count_max}"
+                               for lv in hw.levels if lv.symbol is not None)
+            memories = " > ".join(m.name for m in hw.memories)
+        except SynthError as exc:
+            counts, memories = f"error: {exc}", "-"
+        table.add_row(name, counts, memories, hardware_description(name))
+    return table
+
+
+@app.command("list")
+def list_builtins() -> None:
+    """List the built-in workloads and hardware models."""
+    def action() -> int:
+        console = make_console()
+        console.print(workloads_table())
+        console.print(hardware_table())
+        return EXIT_OK
+
+    raise typer.Exit(guarded(action))
+
+
+def main() -> None:
+    """The `synth` console script."""
+    app()
+
+
+if __name__ == "__main__":
+    main()

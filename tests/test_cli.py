@@ -1,0 +1,277 @@
+"""The `synth` command line: output, the JSON report and the exit codes of DESIGN.md 8.
+
+Most tests run the CLI in-process with typer's CliRunner (fast, and lets failures be
+provoked by monkeypatching a pipeline stage); one runs `python -m synth.cli` in a
+subprocess to check the real entry point and that `--json` keeps stdout pure.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+import synth.pipeline
+from synth.cli import app, parse_size_setting
+from synth.constraints.result import SolveResult, Status
+from synth.errors import InputError, IRError
+from synth.hwfile import list_builtin_hardware, load_hardware
+from synth.lang import list_builtin_workloads
+from synth.report import jsonable
+
+DESIGN_KEYS = ("workload", "hardware", "status", "solver", "variables", "groups",
+               "placement", "cost", "validation", "explanation")
+SOFTMAX = ["solve", "softmax", "--hw", "upmem", "--set", "N=4096"]
+INFEASIBLE = [*SOFTMAX, "--hw-set", "wram.capacity=2056"]  # 8 usable bytes per WRAM
+
+
+def invoke(*args: str) -> Any:
+    return CliRunner().invoke(app, list(args))
+
+
+def report_of(result: Any) -> dict[str, Any]:
+    """The whole of stdout must be one JSON object."""
+    data = json.loads(result.stdout)
+    assert isinstance(data, dict)
+    return data
+
+
+@pytest.fixture(scope="module")
+def softmax_json() -> dict[str, Any]:
+    result = invoke(*SOFTMAX, "--json")
+    assert result.exit_code == 0, result.output
+    return report_of(result)
+
+
+# ---------------------------------------------------------------- synth list
+
+
+def test_list_shows_every_builtin() -> None:
+    result = invoke("list")
+    assert result.exit_code == 0, result.output
+    for name in [*list_builtin_workloads(), *list_builtin_hardware()]:
+        assert re.search(rf"^\s*{name}\s", result.stdout, re.MULTILINE), name
+
+
+# ---------------------------------------------------------------- the JSON report
+
+
+def test_json_report_has_the_design_keys(softmax_json: dict[str, Any]) -> None:
+    for key in DESIGN_KEYS:
+        assert key in softmax_json
+    assert softmax_json["workload"] == "softmax"
+    assert softmax_json["hardware"] == "upmem"
+    assert softmax_json["status"] == "optimal"
+    assert softmax_json["solver"]["name"] == "cpsat"
+    assert softmax_json["solver"]["gap"] == 0
+    assert softmax_json["explanation"] is None
+    assert softmax_json["validation"]["passed"] is True
+    assert "forall" in softmax_json["loop_nest"]
+
+
+def test_json_counts_are_integers_within_the_hardware_ranges(
+        softmax_json: dict[str, Any]) -> None:
+    variables = softmax_json["variables"]
+    levels = {lv.symbol: lv for lv in load_hardware("upmem").levels if lv.symbol}
+    assert list(variables)[:3] == ["R", "D", "T"]  # hardware counts come first
+    for symbol, level in levels.items():
+        value = variables[symbol]
+        assert isinstance(value, int) and not isinstance(value, bool)
+        assert level.count_min <= value <= level.count_max
+    assert all(isinstance(v, int) for v in variables.values())
+    assert any(name.startswith("Q.") for name in variables)
+
+
+def test_json_cost_total_is_the_sum_of_the_breakdown(softmax_json: dict[str, Any]) -> None:
+    cost = softmax_json["cost"]
+    breakdown = cost["breakdown"]
+    parts = [v for k, v in breakdown.items() if k != "transfer_s"]
+    parts += breakdown["transfer_s"].values()
+    assert {"compute_s", "launch_s", "combine_s", "transfer_s"} <= set(breakdown)
+    assert "host->mram" in breakdown["transfer_s"]
+    assert cost["total_s"] == pytest.approx(sum(parts), rel=1e-12)
+    assert cost["total_ps"] == softmax_json["solver"]["objective"]
+
+
+def test_json_groups_and_placement_agree(softmax_json: dict[str, Any]) -> None:
+    names = [g["name"] for g in softmax_json["groups"]]
+    assert names and all(g["statements"] for g in softmax_json["groups"])
+    for key, memory in softmax_json["placement"].items():
+        kernel, tensor = key.split("/")
+        assert kernel in names
+        assert any(b["kernel"] == kernel and b["tensor"] == tensor and b["memory"] == memory
+                   for b in softmax_json["buffers"])
+
+
+def test_matmul_on_cpu_solves_and_validates() -> None:
+    result = invoke("solve", "matmul", "--hw", "cpu", "--set", "M=64", "--set", "N=32",
+                    "--set", "K=128", "--json")
+    assert result.exit_code == 0, result.output
+    data = report_of(result)
+    assert data["status"] in ("optimal", "feasible")
+    assert data["validation"]["passed"] is True
+    assert "P" in data["variables"]
+
+
+def test_no_validate_still_exits_zero() -> None:
+    result = invoke(*SOFTMAX, "--json", "--no-validate")
+    assert result.exit_code == 0, result.output
+    assert report_of(result)["validation"] is None
+
+
+def test_jsonable_keeps_json_strict() -> None:
+    data = jsonable({"a": np.float32(1.5), "b": float("nan"), "c": -float("inf"),
+                     "d": np.int64(3), "e": (1, 2), "f": Status.OPTIMAL})
+    assert data == {"a": 1.5, "b": "nan", "c": "-inf", "d": 3, "e": [1, 2], "f": "optimal"}
+    json.dumps(data, allow_nan=False)
+
+
+# ---------------------------------------------------------------- human output
+
+
+def test_human_output_shows_the_schedule() -> None:
+    result = invoke(*SOFTMAX)
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    assert "optimal" in out.splitlines()[0]
+    assert re.search(r"forall \w+ in 0\.\.[A-Z]\.\w+\.\w+=\d+", out)  # symbolic extents
+    assert "Symbolic variables" in out and "tasklets per dpu" in out
+    assert "Modelled cost" in out and "transfer host->mram" in out
+    assert "validation against NumPy: passed" in out
+    assert "\x1b[" not in out  # no colour when stdout is not a terminal
+
+
+# ---------------------------------------------------------------- exit codes
+
+
+@pytest.mark.parametrize(("args", "names"), [
+    (["solve", "nosuch", "--hw", "upmem"], "nosuch"),
+    (["solve", "softmax", "--hw", "nosuch"], "nosuch"),
+    ([*SOFTMAX[:4], "--set", "N=abc"], "N=abc"),
+    ([*SOFTMAX[:4], "--set", "N=0"], "N=0"),
+    ([*SOFTMAX[:4], "--set", "N"], "--set N"),
+    ([*SOFTMAX[:4], "--set", "NOPE=4"], "NOPE"),
+    ([*SOFTMAX, "--solver", "nosuch"], "nosuch"),
+    ([*SOFTMAX, "--hw-set", "wram.nosuch=1"], "wram.nosuch"),
+])
+def test_bad_input_exits_2(args: list[str], names: str) -> None:
+    result = invoke(*args)
+    assert result.exit_code == 2, result.output
+    assert result.stderr.startswith("error: ")
+    assert names in result.stderr
+    assert "Traceback" not in result.output
+
+
+def test_malformed_workload_file_shows_where(tmp_path: Path) -> None:
+    path = tmp_path / "bad.syn"
+    path.write_text("size N = 8\nin x : f32[N]\nout y : f32[N]\ny[i] = x[i] +\n")
+    result = invoke("solve", str(path), "--hw", "upmem")
+    assert result.exit_code == 2, result.output
+    assert f"{path}:4:14:" in result.stderr
+    assert "y[i] = x[i] +" in result.stderr
+    assert re.search(r"^\s+\^$", result.stderr, re.MULTILINE)  # the caret line
+
+
+def test_infeasible_exits_1_with_a_message() -> None:
+    result = invoke(*INFEASIBLE)
+    assert result.exit_code == 1, result.output
+    assert "infeasible" in result.stdout
+    assert "'softmax'" in result.stdout and "'upmem'" in result.stdout
+    assert "--hw-set" in result.stdout
+
+
+def test_infeasible_json_has_the_explanation() -> None:
+    result = invoke(*INFEASIBLE, "--json")
+    assert result.exit_code == 1, result.output
+    data = report_of(result)
+    assert data["status"] == "infeasible"
+    assert "softmax" in data["explanation"] and "--hw-set" in data["explanation"]
+    assert data["cost"] is None and data["groups"] == []
+
+
+def test_timeout_exits_3(monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_solution(model: Any, solver: str, time_limit_s: float) -> SolveResult:
+        return SolveResult(solver, Status.TIMEOUT, time_limit_s)
+
+    monkeypatch.setattr(synth.pipeline, "solve", no_solution)
+    result = invoke(*SOFTMAX, "--time-limit", "0.5")
+    assert result.exit_code == 3, result.output
+    assert "time limit" in result.stdout
+    result = invoke(*SOFTMAX, "--json")
+    assert result.exit_code == 3
+    assert report_of(result)["status"] == "timeout"
+
+
+def test_a_real_tiny_time_limit_maps_its_status_to_the_exit_code() -> None:
+    """A microsecond limit usually times out attention, but the solver may be faster on
+    some machine; whatever the status, the exit code must match it."""
+    result = invoke("solve", "attention", "--hw", "upmem", "--time-limit", "0.000001",
+                    "--no-validate", "--json")
+    status = report_of(result)["status"]
+    assert result.exit_code == {"timeout": 3, "optimal": 0, "feasible": 0}[status]
+
+
+def test_validation_failure_exits_4(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = synth.pipeline.interpret
+
+    def off_by_one(program: Any, workload: Any, inputs: Any) -> dict[str, Any]:
+        return {name: value + 1 for name, value in real(program, workload, inputs).items()}
+
+    monkeypatch.setattr(synth.pipeline, "interpret", off_by_one)
+    result = invoke(*SOFTMAX)
+    assert result.exit_code == 4, result.output
+    assert "validation against NumPy: FAILED" in result.stdout
+    result = invoke(*SOFTMAX, "--json")
+    assert result.exit_code == 4
+    assert report_of(result)["validation"]["passed"] is False
+
+
+def test_ir_error_exits_4_with_its_message(monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(*args: Any) -> None:
+        raise IRError("buffer x_wram: expected 8 bytes, got 4")
+
+    monkeypatch.setattr(synth.pipeline, "verify", broken)
+    result = invoke(*SOFTMAX, "--json")
+    assert result.exit_code == 4
+    assert result.stdout == ""
+    assert result.stderr == "error: buffer x_wram: expected 8 bytes, got 4\n"
+
+
+def test_internal_error_exits_70_and_debug_reraises(monkeypatch: pytest.MonkeyPatch) -> None:
+    def bug(*args: Any) -> None:
+        raise KeyError("oops")
+
+    monkeypatch.setattr(synth.pipeline, "materialize", bug)
+    result = invoke(*SOFTMAX)
+    assert result.exit_code == 70
+    assert "internal error: KeyError: 'oops'" in result.stderr
+    assert "SYNTH_DEBUG=1" in result.stderr
+    monkeypatch.setenv("SYNTH_DEBUG", "1")
+    result = invoke(*SOFTMAX)
+    assert isinstance(result.exception, KeyError)
+
+
+def test_parse_size_setting() -> None:
+    assert parse_size_setting("N=4096") == ("N", 4096)
+    assert parse_size_setting(" M = 7 ") == ("M", 7)
+    for bad in ("N", "N=", "=4", "N=-1", "N=1.5", "N=0x10"):
+        with pytest.raises(InputError, match="--set"):
+            parse_size_setting(bad)
+
+
+# ---------------------------------------------------------------- the real entry point
+
+
+def test_module_entry_point_prints_only_json() -> None:
+    proc = subprocess.run([sys.executable, "-m", "synth.cli", *SOFTMAX, "--json"],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["status"] == "optimal" and data["validation"]["passed"] is True
