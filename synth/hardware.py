@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from synth.errors import InputError
 from synth.workload import DType
@@ -72,7 +72,9 @@ class Compute:
     """The cost of arithmetic on one unit of a level."""
 
     clock_hz: int
-    cycles: Mapping[str, Mapping[str, float]]  # dtype name -> op class -> cycles per element
+    cycles: Mapping[str, Mapping[str, float]]  # dtype name -> op class -> cycles per instruction
+    # SIMD width: elements of a dtype one instruction handles (absent: 1, scalar)
+    lanes: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def cycle_ps(self) -> int:
@@ -84,7 +86,8 @@ class Compute:
         if table is None:
             raise InputError(f"the hardware model has no compute costs for dtype {dtype.value}")
         cycles = table["base"] + sum(table[op] * n for op, n in ops.items())
-        return max(1, round(cycles * 1e12 / self.clock_hz))
+        per_element = cycles / self.lanes.get(dtype.value, 1)
+        return max(1, round(per_element * 1e12 / self.clock_hz))
 
 
 @dataclass(frozen=True)

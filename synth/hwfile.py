@@ -71,7 +71,8 @@ _MEMORY_KEYS = ("name", "level", "instance_level", "capacity", "reserved", "symb
 _MEMORY_FIELDS = tuple(k for k in _MEMORY_KEYS if k not in ("name", "transfer"))
 _PARENT_KEYS = ("latency", "bandwidth", "transfer")  # about the parent: not on the root memory
 _TRANSFER_KEYS = ("min", "max", "multiple", "align")
-_COMPUTE_KEYS = ("clock", "cycles")
+_COMPUTE_KEYS = ("clock", "cycles", "lanes")
+_COMPUTE_REQUIRED = ("clock", "cycles")
 _DTYPES = tuple(d.value for d in DType)
 
 Scalar = int | float | str
@@ -403,6 +404,7 @@ def _override_keys(tree: Mapping[str, Any]) -> dict[str, list[tuple[str | int, .
         for dtype in _DTYPES:
             for op in OP_CLASSES:
                 add(f"{table}.cycles.{dtype}.{op}", (table, "cycles", dtype, op))
+            add(f"{table}.lanes.{dtype}", (table, "lanes", dtype))
     for index, name in _named_entries(tree, "level"):
         if index == 0:
             continue  # the root level has one unit: no count or symbol to change
@@ -423,7 +425,7 @@ def _override_help(tree: Mapping[str, Any]) -> str:
     memory_fields = "|".join((*_MEMORY_FIELDS, *(f"transfer.{f}" for f in _TRANSFER_KEYS)))
     return (f"keys are NAME.FIELD: a level ({levels}) with {'|'.join(_LEVEL_FIELDS)}; "
             f"a memory ({memories}) with {memory_fields}; compute or host with "
-            "clock|cycles.DTYPE.OP; or launch")
+            "clock|cycles.DTYPE.OP|lanes.DTYPE; or launch")
 
 
 def _unknown_override(key: str, keys: Iterable[str], tree: Mapping[str, Any],
@@ -495,7 +497,7 @@ def _compute(value: object, where: _Where) -> Compute:
     a missing dtype when a workload needs it. Unknown dtype names are errors.
     """
     table = _table(value, where)
-    _check_keys(table, _COMPUTE_KEYS, _COMPUTE_KEYS, where)
+    _check_keys(table, _COMPUTE_KEYS, _COMPUTE_REQUIRED, where)
     clock_hz = _unit(parse_frequency, table["clock"], where.at("clock"))
     by_dtype = _table(table["cycles"], where.at("cycles"))
     if not by_dtype:
@@ -506,7 +508,20 @@ def _compute(value: object, where: _Where) -> Compute:
         if dtype not in _DTYPES:
             raise where.at("cycles").error(f"unknown dtype {dtype!r}{_suggest(dtype, _DTYPES)}")
         cycles[dtype] = _cycles_table(ops, where.at("cycles", dtype))
-    return Compute(clock_hz=clock_hz, cycles=cycles)
+    return Compute(clock_hz=clock_hz, cycles=cycles,
+                   lanes=_lanes(table.get("lanes", {}), where.at("lanes")))
+
+
+def _lanes(value: object, where: _Where) -> dict[str, int]:
+    """SIMD lanes per dtype: elements one vector instruction handles (default 1)."""
+    lanes: dict[str, int] = {}
+    for dtype, count in _table(value, where).items():
+        if dtype not in _DTYPES:
+            raise where.error(f"unknown dtype {dtype!r}{_suggest(dtype, _DTYPES)}")
+        if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+            raise where.at(dtype).error(f"expected a whole number of lanes >= 1, got {count!r}")
+        lanes[dtype] = count
+    return lanes
 
 
 def _level(entry: dict[str, Any], is_root: bool, where: _Where) -> Level:

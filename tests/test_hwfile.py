@@ -168,8 +168,20 @@ def test_cpu_structure() -> None:
         assert hw.memory(memory).capacity == (detect_cache_size(kind) or default)
     assert hw.memory("l3").ps_per_byte == 83  # 12 GB/s
     assert set(hw.compute.cycles) == set(DTYPES)
-    assert hw.compute.cycles["f32"]["add"] == 0.125  # 8 AVX2 lanes
+    assert hw.compute.cycles["f32"]["add"] == 1  # one vector instruction ...
+    assert hw.compute.lanes == {"f32": 8, "f16": 8, "bf16": 8, "i32": 8, "i16": 16, "i8": 32}
+    # ... over 8 AVX2 lanes: (base 2 + add 1) / 8 cycles per element at 2.6 GHz
+    assert hw.compute.point_ps(Counter({"add": 1}), DType.F32) == round(3 / 8 * 1e12 / 2.6e9)
     assert hw.host == hw.compute
+
+
+def test_lanes_must_be_whole_numbers(tmp_path: Path) -> None:
+    builtin = Path(hwfile.__file__).parent / "hardware" / "cpu.toml"
+    text = builtin.read_text().replace("lanes = { f32 = 8,", "lanes = { f32 = 0,", 1)
+    path = tmp_path / "bad.toml"
+    path.write_text(text)
+    with pytest.raises(InputError, match=r"compute: lanes: f32: expected a whole number"):
+        load_hardware(str(path))
 
 
 def test_cpu_uses_detected_caches(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
