@@ -219,6 +219,7 @@ def build_model(workload: Workload, hw: Hardware, kernels: Sequence[KernelSpec],
         constraints += tiling_constraints(kt)
         constraints += capacity_constraints(kt, workload)
         constraints += transfer_rule_constraints(kt, workload)
+        constraints += implied_compute_bounds(kt)
     definitions, count_constraints = unit_counts(terms, hw)
     constraints += count_constraints
     breakdown: dict[str, ex.Int] = {}
@@ -334,14 +335,35 @@ def kernel_cost(kt: KernelTerms, workload: Workload) -> dict[str, ex.Int]:
 
 
 def compute_cost(kt: KernelTerms) -> ex.Int:
-    point_ps = sum(kt.hw.compute.point_ps(statement_ops(s), s.dtype)
-                   for s in kt.kernel.statements)
-    stretch: list[ex.Int] = []
-    for i, slot in enumerate(kt.slots):
-        level = kt.hw.levels[slot.level_index]
-        if slot.kind is SlotKind.SPATIAL and level.issue_share > 1:
-            stretch.append(ex.maximum(level.issue_share, kt.units(i)))
-    return ex.mul(point_ps, kt.sequential_points(), *stretch)
+    """Points per innermost unit x cost per point, stretched where units share a pipeline
+    that needs `issue_share` of them to issue every cycle (UPMEM: 11 tasklets)."""
+    stretch = [ex.maximum(kt.hw.levels[kt.slots[i].level_index].issue_share, kt.units(i))
+               for i in _shared_pipelines(kt)]
+    return ex.mul(_point_ps(kt), kt.sequential_points(), *stretch)
+
+
+def implied_compute_bounds(kt: KernelTerms) -> list[NamedConstraint]:
+    """Redundant: a shared pipeline issues at most one instruction per cycle, so compute
+    takes at least the points of all units sharing it. True of every schedule (it follows
+    from the max in `compute_cost`), but stated in a form whose bound the solver sees
+    (the product form pairs the most units with the least stretch)."""
+    out = []
+    for i in _shared_pipelines(kt):
+        all_units = ex.mul(*(kt.dim_product(d, [*kt.temporal(), i]) for d in kt.kernel.dims))
+        out.append(NamedConstraint(
+            "implied", f"kernel {kt.kernel.name}: compute takes the points of all "
+            f"{kt.slots[i].name} units sharing a pipeline",
+            ex.Cmp(compute_cost(kt), ">=", ex.mul(_point_ps(kt), all_units))))
+    return out
+
+
+def _shared_pipelines(kt: KernelTerms) -> list[int]:
+    return [i for i, slot in enumerate(kt.slots) if slot.kind is SlotKind.SPATIAL
+            and kt.hw.levels[slot.level_index].issue_share > 1]
+
+
+def _point_ps(kt: KernelTerms) -> int:
+    return sum(kt.hw.compute.point_ps(statement_ops(s), s.dtype) for s in kt.kernel.statements)
 
 
 def statement_ops(stmt: Statement) -> Counter[str]:

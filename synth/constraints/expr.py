@@ -327,6 +327,7 @@ class Group:
     # for each factor, (level, most units) when it splits the dimension across a level's
     # units; the factors of all dimensions at one level share that level's units
     levels: tuple[tuple[str, int] | None, ...] = ()
+    ext: Int | None = None  # the padded extent: the product of all the factors
 
 
 def bounds(term: Int, domains: Mapping[str, tuple[int, int]],
@@ -371,6 +372,13 @@ def _product_bounds(term: Prod, domains: Mapping[str, tuple[int, int]],
     lo, hi = 1, 1
     by_group: dict[str, tuple[Group, list[tuple[Int, int, int, bool]]]] = {}
     for factor, (flo, fhi) in zip(term.factors, parts, strict=True):
+        quotient = _complement(factor, groups)
+        if quotient is not None:  # ext / (some factors): the group's other factors
+            group, others = quotient
+            members = by_group.setdefault(group.name, (group, []))[1]
+            members.extend((f, 1, 1, True) for f in others)
+            members.append((factor, flo, fhi, False))
+            continue
         group, certain = _group_of(factor, groups)
         if group is None:
             lo, hi = lo * flo, hi * fhi
@@ -410,6 +418,22 @@ def _product_bounds(term: Prod, domains: Mapping[str, tuple[int, int]],
     joint = -(-extents // max(reach, 1)) if len(spread) == len(by_group) else 1
     lo *= max(groups_lo, joint)
     return min(lo, hi), hi
+
+
+def _complement(factor: Int, groups: Mapping[Int, Group]
+                ) -> tuple[Group, list[Int]] | None:
+    """For `ext / (factors of one dimension)`, that dimension's group and its other factors
+    (whose product the quotient is)."""
+    if not isinstance(factor, ExactDiv):
+        return None
+    den = factor.den.factors if isinstance(factor.den, Prod) else (factor.den,)
+    owners = {groups[f].name: groups[f] for f in den if f in groups}
+    if len(owners) != 1 or any(f not in groups for f in den):
+        return None
+    group = next(iter(owners.values()))
+    if factor.num != group.ext:
+        return None
+    return group, [f for f in group.factors if f not in den]
 
 
 def _base(factor: Int) -> Int:

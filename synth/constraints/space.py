@@ -199,7 +199,7 @@ def build_factors(kernels: Sequence[KernelSpec], hw: Hardware,
             members = tuple(terms[(kernel.name, dim, i)] for i in range(len(slots)))
             levels = tuple((s.name, hw.levels[s.level_index].count_max)
                            if s.kind is SlotKind.SPATIAL else None for s in slots)
-            group = ex.Group(f"{kernel.name}.{dim}", extent, members, levels)
+            group = ex.Group(f"{kernel.name}.{dim}", extent, members, levels, ext)
             for member in members:
                 if not isinstance(member, ex.Const):
                     groups[member] = group
