@@ -374,8 +374,8 @@ def _product_bounds(term: Prod, domains: Mapping[str, tuple[int, int]],
     for factor, (flo, fhi) in zip(term.factors, parts, strict=True):
         quotient = _complement(factor, groups)
         if quotient is not None:  # ext / (some factors): the group's other factors
-            group, others = quotient
-            members = by_group.setdefault(group.name, (group, []))[1]
+            owner, others = quotient
+            members = by_group.setdefault(owner.name, (owner, []))[1]
             members.extend((f, 1, 1, True) for f in others)
             members.append((factor, flo, fhi, False))
             continue
