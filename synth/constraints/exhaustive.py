@@ -2,8 +2,10 @@
 
 It walks the same decisions with the same constraints and the same cost terms as the
 CP-SAT backend, but by brute force, checking each constraint as soon as every variable
-it mentions is fixed. It deliberately does not split the problem into independent parts,
-so that it checks the solver's decomposition too.
+it mentions is fixed. By default it enumerates each independent part of the problem
+alone (`decompose.components`: exact, since the objective is a sum of their objectives),
+so that multi-kernel programs fit; `joint=True` enumerates the whole product instead,
+which tests use to check the decomposition itself.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import time
 from collections.abc import Sequence
 
 from synth.constraints import expr as ex
-from synth.constraints.decompose import inline_definitions
+from synth.constraints.decompose import components, inline_definitions
 from synth.constraints.result import SolveResult, Status
 from synth.constraints.space import ConstraintSet
 from synth.errors import InputError
@@ -21,20 +23,43 @@ from synth.errors import InputError
 MAX_POINTS = 2_000_000  # candidate assignments; beyond this, refuse rather than hang
 
 
-def space_size(cset: ConstraintSet) -> int:
-    return math.prod(len(v) for v in cset.decisions.values())
+def space_size(cset: ConstraintSet, joint: bool = False) -> int:
+    """Candidate assignments the enumerator visits at most."""
+    parts = [cset] if joint else components(cset)
+    return sum(math.prod(len(v) for v in part.decisions.values()) for part in parts)
 
 
-def solve(cset: ConstraintSet, time_limit_s: float = 60.0,
-          max_points: int = MAX_POINTS) -> SolveResult:
-    size = space_size(cset)
+def solve(cset: ConstraintSet, time_limit_s: float = 60.0, max_points: int = MAX_POINTS,
+          joint: bool = False) -> SolveResult:
+    size = space_size(cset, joint)
     if size > max_points:
         raise InputError(
             f"the exhaustive solver refuses a space of {size:,} candidate schedules "
             f"(limit {max_points:,}); use smaller sizes (--set) or hardware ranges "
             f"(--hw-set), or --solver cpsat")
     start = time.perf_counter()
-    flat = inline_definitions(cset)
+    decisions: dict[str, int] = {}
+    objective, visited, proven = 0, 0, True
+    for part in [cset] if joint else components(cset):
+        remaining = time_limit_s - (time.perf_counter() - start)
+        status, best, part_visited = _enumerate(inline_definitions(part), remaining)
+        visited += part_visited
+        if best is None:  # infeasible, or out of time before any schedule
+            return SolveResult("exhaustive", status, time.perf_counter() - start,
+                               stats={"visited": visited})
+        objective += best[0]
+        decisions.update({n: best[1][n] for n in part.decisions})
+        proven = proven and status is Status.OPTIMAL
+    status = Status.OPTIMAL if proven else Status.FEASIBLE
+    return SolveResult("exhaustive", status, time.perf_counter() - start,
+                       cset.complete(decisions), objective, objective if proven else None,
+                       {"visited": visited})
+
+
+def _enumerate(flat: ConstraintSet, time_limit_s: float
+               ) -> tuple[Status, tuple[int, dict[str, int]] | None, int]:
+    """The best assignment of one part: (status, (objective, decisions), visited)."""
+    start = time.perf_counter()
     names = list(flat.decisions)
     checks = _checks_by_depth(flat, names)
     best: tuple[int, dict[str, int]] | None = None
@@ -60,9 +85,8 @@ def solve(cset: ConstraintSet, time_limit_s: float = 60.0,
     try:
         walk(0)
     except _OutOfTime:
-        return _result(best, Status.FEASIBLE if best else Status.TIMEOUT, cset, start,
-                       visited)
-    return _result(best, Status.OPTIMAL if best else Status.INFEASIBLE, cset, start, visited)
+        return (Status.FEASIBLE if best else Status.TIMEOUT), best, visited
+    return (Status.OPTIMAL if best else Status.INFEASIBLE), best, visited
 
 
 class _OutOfTime(Exception):
@@ -80,15 +104,3 @@ def _checks_by_depth(cset: ConstraintSet, names: Sequence[str]) -> list[list[ex.
     if constant and checks:
         checks[0].extend(constant)
     return checks
-
-
-def _result(best: tuple[int, dict[str, int]] | None, status: Status, cset: ConstraintSet,
-            start: float, visited: int) -> SolveResult:
-    wall = time.perf_counter() - start
-    stats = {"visited": visited}
-    if best is None:
-        return SolveResult("exhaustive", status, wall, stats=stats)
-    value, decisions = best
-    bound = value if status is Status.OPTIMAL else None
-    return SolveResult("exhaustive", status, wall, cset.complete(decisions), value, bound,
-                       stats)
