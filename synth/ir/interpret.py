@@ -34,6 +34,7 @@ from synth.ir.nodes import (
     Node,
     Program,
     Store,
+    walk,
 )
 from synth.reference import elementwise
 from synth.workload import Access, BinOp, DType, Workload
@@ -47,6 +48,13 @@ class BufferState:
     values: Array
     init: Array  # which elements hold data
     instance_loops: tuple[str, ...]  # parallel loops around the allocation (leading axes)
+    complete: bool | None = False  # every element holds data (None: not known, ask `init`)
+
+    def is_complete(self) -> bool:
+        """Cached, because copying `init` along with the data doubles a transfer's cost."""
+        if self.complete is None:
+            self.complete = bool(self.init.all())
+        return self.complete
 
 
 def poison(dtype: DType) -> float | int:
@@ -82,11 +90,13 @@ class Machine:
         self.loops: dict[str, LoopVar] = {}  # the running kernel's loops, by name
         self.carried: set[str] = set()  # dims whose loops carry a dependence (reductions)
         self.nested_units: dict[str, int] = {}  # loop -> most parallel units nested inside
+        self.written: set[str] = set()  # buffers the running kernel writes
         for decl in program.globals:
             state = self._fresh(decl, ())
             if decl.name in inputs:
                 state.values[...] = inputs[decl.name]
                 state.init[...] = True
+                state.complete = True
             self.buffers[decl.name] = state
 
     # -- running -----------------------------------------------------------------
@@ -202,11 +212,13 @@ class _Axis:
     coeffs: dict[int, int]  # axis of the moved value -> coefficient
 
 
-def strided(m: Machine, child: BufferState, parent: BufferState) -> tuple[Array, Array] | None:
+def strided(m: Machine, child: BufferState, parent: BufferState, store: bool
+            ) -> tuple[Array, Array] | None:
     """The child's region of the parent (values, init flags) as strided views, or None
-    when it cannot be one: a ragged tile, an index leaving the parent, or two elements of
-    the value landing on one parent element. Views copy at memory speed where index
-    arrays gather element by element."""
+    when it cannot be one: a ragged tile, an index leaving the parent, or (for a store)
+    two elements of the value landing on one parent element. Views copy at memory speed
+    where index arrays gather element by element; a load may read one element many times
+    (a tile replicated across units is a zero stride)."""
     cdecl, pdecl = child.decl, parent.decl
     grid_axis = {v.name: g for g, v in enumerate(m.grid)}
     first = len(m.grid) + len(cdecl.partial_loops)
@@ -233,24 +245,43 @@ def strided(m: Machine, child: BufferState, parent: BufferState) -> tuple[Array,
         local.coeffs[first + axis] = 1
         axes.append(local)
     value_shape = child.values.shape
-    offset = 0
-    strides = [0] * len(value_shape)
     for a, ax in enumerate(axes):
         low = ax.const + sum(c * (value_shape[k] - 1) for k, c in ax.coeffs.items() if c < 0)
         high = ax.const + sum(c * (value_shape[k] - 1) for k, c in ax.coeffs.items() if c > 0)
         if low < 0 or high >= parent.values.shape[a]:
             return None
-        offset += ax.const * parent.values.strides[a]
+    logical = _logical_strides(parent.values.shape)
+    if store and not _injective(_strides(axes, logical, len(value_shape)), value_shape):
+        return None  # two units would write one element: the index path reports it
+    start = tuple(ax.const for ax in axes)
+    return _view(parent.values, start, axes, value_shape), \
+        _view(parent.init, start, axes, value_shape)
+
+
+def _view(array: Array, start: tuple[int, ...], axes: list[_Axis],
+          shape: tuple[int, ...]) -> Array:
+    """`array` read at start + sum(coeff * index) as a strided view (any strides, so a
+    view of a view works too)."""
+    origin = array[tuple(slice(c, None) for c in start)]
+    strides = _strides(axes, array.strides, len(shape))
+    return np.lib.stride_tricks.as_strided(origin, shape, strides)
+
+
+def _strides(axes: list[_Axis], unit: tuple[int, ...] | list[int], rank: int) -> list[int]:
+    strides = [0] * rank
+    for a, ax in enumerate(axes):
         for k, c in ax.coeffs.items():
-            strides[k] += c * parent.values.strides[a]
-    if not _injective(strides, value_shape):
-        return None
-    views = []
-    for array in (parent.values, parent.init):  # same layout, different item sizes
-        base = array.reshape(-1)[offset // parent.values.itemsize:]
-        item_strides = [st // parent.values.itemsize * array.itemsize for st in strides]
-        views.append(np.lib.stride_tricks.as_strided(base, value_shape, item_strides))
-    return views[0], views[1]
+            strides[k] += c * unit[a]
+    return strides
+
+
+def _logical_strides(shape: tuple[int, ...]) -> list[int]:
+    """Row-major element strides of `shape`: positions, whatever the memory layout."""
+    strides, step = [], 1
+    for n in reversed(shape):
+        strides.append(step)
+        step *= n
+    return strides[::-1]
 
 
 def _fold(m: Machine, expr: Affine, grid_axis: Mapping[str, int]) -> _Axis | None:
@@ -276,6 +307,19 @@ def _injective(strides: list[int], shape: tuple[int, ...]) -> bool:
             return False
         reach += stride * (extent - 1)
     return True
+
+
+def _written(nodes: tuple[Node, ...]) -> set[str]:
+    """Buffers some node of `nodes` writes (store targets, compute outputs, fills)."""
+    out: set[str] = set()
+    for node in walk(nodes):
+        if isinstance(node, Store):
+            out.add(node.dst)
+        elif isinstance(node, Compute):
+            out.add(node.out)
+        elif isinstance(node, Fill | Combine):
+            out.add(node.buffer if isinstance(node, Fill) else node.target)
+    return out
 
 
 def _loaded_next(nodes: tuple[Node, ...], position: int) -> bool:
@@ -345,11 +389,25 @@ def run_alloc(m: Machine, node: Alloc) -> None:
 @handles(Load)
 def run_load(m: Machine, node: Load) -> None:
     child, parent = m.buffers[node.dst], m.buffers[node.src]
-    views = strided(m, child, parent)
+    views = strided(m, child, parent, store=False)
+    if views is not None and node.dst not in m.written and parent.is_complete():
+        # a read-only tile of a read-only parent: alias it instead of copying (exact,
+        # since nothing in the kernel writes either; replication costs a zero stride)
+        child.values = views[0]
+        child.values.flags.writeable = False
+        child.init = np.broadcast_to(np.True_, child.values.shape)
+        child.complete = True
+        return
     if views is not None:
         child.values[...] = views[0]
-        child.init[...] = views[1]
+        if parent.is_complete():
+            child.init[...] = True
+            child.complete = True
+        else:
+            child.init[...] = views[1]
+            child.complete = None
         return
+    child.complete = None
     index, valid = m.region(child, parent, f"load {node.dst} <- {node.src}")
     if valid is None:
         child.values[...] = parent.values[index]
@@ -363,12 +421,13 @@ def run_load(m: Machine, node: Load) -> None:
 def run_store(m: Machine, node: Store) -> None:
     child, parent = m.buffers[node.src], m.buffers[node.dst]
     what = f"store {node.src} -> {node.dst}"
-    views = strided(m, child, parent)
+    views = strided(m, child, parent, store=True)
     if views is not None:
-        if not child.init.all():
+        if not child.is_complete():
             raise IRError(f"{what}: expected a computed tile, got uninitialised elements")
         views[0][...] = child.values
         views[1][...] = True
+        parent.complete = None
         return
     index, valid = m.region(child, parent, what)
     shape = child.values.shape
@@ -388,6 +447,7 @@ def run_store(m: Machine, node: Store) -> None:
                       f"writing the same element")
     parent.values[targets] = values
     parent.init[targets] = True
+    parent.complete = None
 
 
 def _repeats(flat: Array, size: int) -> bool:
@@ -402,6 +462,7 @@ def run_fill(m: Machine, node: Fill) -> None:
     state = m.buffers[node.buffer]
     state.values[...] = node.value
     state.init[...] = True
+    state.complete = True
 
 
 @handles(Combine)
@@ -575,6 +636,8 @@ class TilePlace:
         return self.state.values[self.index]
 
     def require_initialised(self, message: str) -> None:
+        if self.state.complete:
+            return
         if self.view_index is not None:
             ok = bool(self.state.init[self.view_index].all())
         else:
@@ -587,15 +650,18 @@ class TilePlace:
             target = self._to_frame(self.state.values[self.view_index])
             target[...] = np.broadcast_to(result, target.shape)
             self.state.init[self.view_index] = True
+            self.state.complete = None
             return
         values = np.broadcast_to(result, self.mask.shape)[self.mask]
         points = tuple(i[self.mask] for i in self.index)
         if not points:  # a scalar target outside any parallel loop
             self.state.values[...] = values.reshape(-1)[0]
             self.state.init[...] = True
+            self.state.complete = True
             return
         self.state.values[points] = values
         self.state.init[points] = True
+        self.state.complete = None
 
 
 def _cast(values: Array, dtype: DType) -> Array:
@@ -613,5 +679,6 @@ def interpret(program: Program, workload: Workload, inputs: Mapping[str, Array]
         machine.carried = {d for name in kernel.statements
                            for d in workload.statement(name).reduced}
         machine.nested_units = _nested_units(kernel.body)
+        machine.written = _written(kernel.body)
         machine.run(kernel.body)
     return machine.result()
