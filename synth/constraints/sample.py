@@ -1,0 +1,91 @@
+"""Random feasible schedules: complete assignments that satisfy every constraint of a
+`ConstraintSet` without being optimal, for testing that everything downstream of the
+solver (cost model, materialiser, verifier, interpreter) holds for *any* legal schedule,
+not only for the optimum.
+
+How a sample is drawn: from the seed, a random *target* position in each decision's
+candidate list and a random positive weight per decision. CP-SAT (the same `Lowering` as
+the optimiser, so the same constraints) then finds the feasible assignment whose
+candidate positions are nearest the target in weighted L1 distance; the cost model is
+not part of that objective. Why this gives varied schedules:
+
+- a feasibility search alone returns whatever its default branching hits first (nearly
+  always the smallest values), the same schedule for every seed;
+- random objective coefficients on the values themselves push every variable to an end
+  of its domain, so all samples are corners;
+- a random target spreads the samples over the space: each target, uniform over the
+  candidate positions, pulls towards a different region, and the solution is the legal
+  schedule nearest to it. Measuring distance in positions, not values, weighs a domain
+  like (1, 2, 4, ..., 4096) evenly instead of favouring its large values.
+
+Not uniform over the feasible set: targets that fall where the constraints forbid pull
+to the nearest legal schedule, so the edges of the feasible region (full memories, the
+most units) are drawn more often than their share, which suits tests well.
+
+Independent parts of the problem (`decompose.components`, as the optimiser splits it)
+are drawn one after the other, each with its own targets: the same distribution as one
+joint draw, without the search over the product. A set with no decisions at all has one
+schedule, returned when it satisfies the constraints.
+
+Reproducible: the target and weights come from `random.Random(seed)`; CP-SAT runs with one
+worker, `random_seed = seed` and a *deterministic* time limit (its work count, not the
+wall clock), so the same seed gives the same schedule on any machine and any load. The
+wall-clock limit is only a safety net and far larger. Every schedule returned is checked
+against the constraints in plain Python (`ConstraintSet.violated`) as well.
+"""
+
+from __future__ import annotations
+
+import random
+
+from ortools.sat.python import cp_model
+
+from synth.constraints.cpsat import Lowering
+from synth.constraints.decompose import components
+from synth.constraints.space import ConstraintSet
+
+DETERMINISTIC_LIMIT = 5.0  # CP-SAT's deterministic time units (about seconds)
+WALL_LIMIT_S = 60.0
+
+
+def random_schedule(cset: ConstraintSet, seed: int) -> dict[str, int] | None:
+    """A random complete assignment of `cset` satisfying every constraint, or None when
+    the constraints admit none (or none was found within the work limit).
+
+    The same `cset` and `seed` always give the same assignment."""
+    rng = random.Random(seed)
+    decisions: dict[str, int] = {}
+    for part in components(cset):
+        found = _sample_part(part, rng, seed)
+        if found is None:
+            return None
+        decisions.update(found)
+    env = cset.complete(decisions)
+    return None if cset.violated(env) else env
+
+
+def _sample_part(cset: ConstraintSet, rng: random.Random, seed: int) -> dict[str, int] | None:
+    """The decisions of one part nearest a random target, or None when there are none."""
+    lowering = Lowering(cset)
+    model = lowering.model
+    for constraint in cset.constraints:
+        lowering.require(constraint.cond)
+    distance = []
+    for name, values in cset.decisions.items():
+        target = rng.randrange(len(values))
+        weight = rng.randint(1, 8)
+        index = model.new_int_var(0, len(values) - 1, f"index.{name}")
+        model.add_element(index, list(values), lowering.vars[name])
+        gap = model.new_int_var(0, len(values) - 1, f"gap.{name}")
+        model.add_abs_equality(gap, index - target)
+        distance.append(weight * gap)
+    model.minimize(sum(distance))
+    solver = cp_model.CpSolver()
+    solver.parameters.num_workers = 1
+    solver.parameters.random_seed = seed % (2**31)
+    solver.parameters.max_deterministic_time = DETERMINISTIC_LIMIT
+    solver.parameters.max_time_in_seconds = WALL_LIMIT_S
+    code = solver.solve(model)
+    if code not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return None
+    return {name: int(solver.value(lowering.vars[name])) for name in cset.decisions}

@@ -1,0 +1,162 @@
+"""Shared helpers of the solver and IR tests: cached models, solutions and samples, and
+the rewriting of loop nests that the mutation tests use.
+
+Models, optima and random schedules are pure functions of their arguments (the solver
+runs with one worker and a fixed seed; the sampler is seeded), so they are computed once
+per session and shared between tests.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+import pytest
+
+from synth.constraints import cpsat
+from synth.constraints import expr as ex
+from synth.constraints.cost import Model
+from synth.constraints.result import SolveResult
+from synth.constraints.sample import random_schedule
+from synth.errors import IRError
+from synth.hardware import Hardware
+from synth.hwfile import load_hardware
+from synth.ir.materialize import materialize
+from synth.ir.nodes import Loop, LoopKind, Node, Program, walk
+from synth.ir.verify import verify
+from synth.lang import load_workload, parse_workload
+from synth.pipeline import encode
+from synth.workload import Workload
+
+# UPMEM with few units, so that spaces stay small enough to enumerate
+SMALL_UPMEM = ("rank.count=1..2", "dpu.count=1..4", "tasklet.count=1..4")
+# The CPU's core count is this machine's ("1..auto"); pinned where a space must stay small
+TWO_CORES = ("core.count=1..2",)
+
+
+@dataclass(frozen=True)
+class Case:
+    """A workload (built-in name, or `.syn` text) on a hardware model, with overrides."""
+
+    workload: str
+    hardware: str
+    sizes: tuple[tuple[str, int], ...] = ()
+    overrides: tuple[str, ...] = ()
+    text: str | None = None  # `.syn` source instead of a built-in
+
+    @staticmethod
+    def of(workload: str, hardware: str, sizes: Mapping[str, int] | None = None,
+           overrides: Sequence[str] = (), text: str | None = None) -> Case:
+        return Case(workload, hardware, tuple(sorted((sizes or {}).items())),
+                    tuple(overrides), text)
+
+    @property
+    def id(self) -> str:
+        sizes = ",".join(f"{k}={v}" for k, v in self.sizes)
+        extra = "+hw-set" if self.overrides else ""
+        return f"{self.workload}/{self.hardware}[{sizes}]{extra}"
+
+
+@dataclass(frozen=True)
+class Built:
+    workload: Workload
+    hw: Hardware
+    model: Model
+
+
+@functools.cache
+def build(case: Case) -> Built:
+    if case.text is not None:
+        workload = parse_workload(case.text, f"{case.workload}.syn", case.workload,
+                                  dict(case.sizes))
+    else:
+        workload = load_workload(case.workload, dict(case.sizes))
+    hw = load_hardware(case.hardware, case.overrides)
+    return Built(workload, hw, encode(workload, hw))
+
+
+@functools.cache
+def optimum(case: Case) -> SolveResult:
+    return cpsat.solve(build(case).model.constraints, 60.0)
+
+
+@functools.cache
+def optimal_program(case: Case) -> Program:
+    result = optimum(case)
+    assert result.env is not None, f"{case.id}: no schedule ({result.status})"
+    return materialize(build(case).model, result.env)
+
+
+@functools.cache
+def sample(case: Case, seed: int) -> Mapping[str, int] | None:
+    return random_schedule(build(case).model.constraints, seed)
+
+
+def memory_usage(model: Model, env: Mapping[str, int]) -> dict[str, int]:
+    """Bytes per instance of each memory below the root that the model's capacity
+    constraints count (`capacity.<memory>`), the most of any kernel."""
+    usage: dict[str, int] = {}
+    for constraint in model.constraints.constraints:
+        if constraint.group.startswith("capacity."):
+            assert isinstance(constraint.cond, ex.Cmp)
+            memory = constraint.group.split(".", 1)[1]
+            used = ex.evaluate(constraint.cond.lhs, env)
+            usage[memory] = max(usage.get(memory, 0), used)
+    return usage
+
+
+def check_capacity_boundary(program: Program, workload: Workload, model: Model,
+                            env: Mapping[str, int], hardware: str,
+                            overrides: Sequence[str]) -> None:
+    """The verifier measures exactly what the capacity constraints count: the program
+    fits each memory with exactly that many usable bytes, and not with one byte less."""
+    for memory, used in memory_usage(model, env).items():
+        reserved = model.hw.memory(memory).reserved
+        exact = load_hardware(hardware, (*overrides, f"{memory}.capacity={used + reserved}B"))
+        verify(program, workload, exact)
+        if used > 1:
+            less = load_hardware(hardware,
+                                 (*overrides, f"{memory}.capacity={used + reserved - 1}B"))
+            with pytest.raises(IRError, match=rf"expected tiles in one {memory} to fit "
+                                              rf"{used - 1} bytes, got {used}"):
+                verify(program, workload, less)
+
+
+# ---------------------------------------------------------------- rewriting loop nests
+
+Rewrite = Callable[[Node], "Node | list[Node] | None"]
+
+
+def rewrite_nodes(nodes: tuple[Node, ...], fn: Rewrite) -> tuple[Node, ...]:
+    """Apply `fn` to every node, innermost first: it returns the node (or a new one), a
+    list of nodes to put in its place, or None to drop it."""
+    out: list[Node] = []
+    for node in nodes:
+        if isinstance(node, Loop):
+            node = dataclasses.replace(node, body=rewrite_nodes(node.body, fn))
+        result = fn(node)
+        if result is None:
+            continue
+        out.extend(result if isinstance(result, list) else [result])
+    return tuple(out)
+
+
+def rewrite(program: Program, kernel: str, fn: Rewrite) -> Program:
+    """`program` with `fn` applied to the nodes of one kernel (which must exist)."""
+    names = [k.name for k in program.kernels]
+    assert kernel in names, f"no kernel {kernel} in {names}"
+    kernels = tuple(dataclasses.replace(k, body=rewrite_nodes(k.body, fn))
+                    if k.name == kernel else k for k in program.kernels)
+    return dataclasses.replace(program, kernels=kernels)
+
+
+def count_nodes(program: Program, kind: type, kernel: str | None = None) -> int:
+    return sum(isinstance(node, kind) for k in program.kernels
+               if kernel is None or k.name == kernel for node in walk(k.body))
+
+
+def parallel_loops(program: Program) -> list[Loop]:
+    return [node for k in program.kernels for node in walk(k.body)
+            if isinstance(node, Loop) and node.var.kind is LoopKind.PARALLEL]
