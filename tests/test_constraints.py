@@ -326,10 +326,6 @@ def test_a_prime_size_is_padded_and_validates() -> None:
 # ---------------------------------------------------------------- known bugs
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "decompose.components returns no part when the constraint set has no decisions (all "
-    "factors constant, e.g. every extent 1), so cpsat.solve and exhaustive.solve add up "
-    "no objectives: they report objective 0 instead of the schedule's cost"))
 def test_objective_of_a_space_without_decisions() -> None:
     cset = build(ONE_ELEMENT).model.constraints
     assert not cset.decisions
@@ -339,10 +335,6 @@ def test_objective_of_a_space_without_decisions() -> None:
     assert exhaustive.solve(cset, 10.0).objective == cost
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "decompose.components keeps only constraints that mention a decision, so a violated "
-    "constraint over constants only (here kernel y's WRAM capacity, whose dimension has "
-    "extent 1) is in no part: both solvers return OPTIMAL with a schedule that violates it"))
 def test_constant_constraints_are_enforced() -> None:
     text = ("size N = 1\nsize M = 16\nin x : f32[N]\nin v : f32[N]\nin w : f32[M]\n"
             "out y : f32[N]\nout z : f32[M]\ny[i] = x[i] + v[i]\nz[j] = w[j]\n")
@@ -355,10 +347,6 @@ def test_constant_constraints_are_enforced() -> None:
     assert exhaustive.solve(cset, 10.0).status is Status.INFEASIBLE
 
 
-@pytest.mark.xfail(strict=True, raises=ZeroDivisionError, reason=(
-    "ConstraintSet.violated evaluates every constraint; when a tile is larger than the "
-    "padded extent, the root factor ext // tile is 0 and another constraint divides by "
-    "it, so violated() raises ZeroDivisionError instead of listing the tiling constraint"))
 def test_violated_reports_a_tile_larger_than_the_extent() -> None:
     cset = build(Case.of("va", "cpu", {"N": 8}, TWO_CORES)).model.constraints
     decisions = {name: values[0] for name, values in cset.decisions.items()}
@@ -376,11 +364,6 @@ def test_exhaustive_message_names_the_limit() -> None:
     assert exhaustive.solve(cset, max_points=size).status is Status.OPTIMAL
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "cpsat.MAX_VALUE (2**53 ps) caps every auxiliary variable, so when every schedule has "
-    "a cost term beyond it (a 4096^3 GEMM on one DPU: compute ~7.6e16 ps) CP-SAT reports "
-    "INFEASIBLE although schedules exist; with tasklet.count=1 the term is a constant, "
-    "never capped, and the same request solves OPTIMAL"))
 def test_widening_a_count_range_keeps_a_feasible_request_feasible() -> None:
     sizes = {"M": 4096, "N": 4096, "K": 4096}
     one = Case.of("gemm2k", "upmem", sizes, ("rank.count=1", "dpu.count=1", "tasklet.count=1"))

@@ -395,9 +395,6 @@ def test_interpreter_catches_reads_of_data_nothing_produced(mutation: str) -> No
         run_interpreter(SOFTMAX, broken)
 
 
-@pytest.mark.xfail(strict=True, raises=pytest.fail.Exception, reason=(
-    "verifier: dataflow is not followed through loads and across kernels "
-    "(see SHALLOW_DATAFLOW)"))
 @pytest.mark.parametrize("mutation", sorted(SHALLOW_DATAFLOW))
 def test_verifier_follows_dataflow(mutation: str) -> None:
     kernel, fn = SHALLOW_DATAFLOW[mutation]
@@ -406,9 +403,6 @@ def test_verifier_follows_dataflow(mutation: str) -> None:
         check_verifier(SOFTMAX, broken)
 
 
-@pytest.mark.xfail(strict=True, raises=pytest.fail.Exception, reason=(
-    "verifier: nothing requires partial results to be combined; a kernel without its "
-    "Combine passes and leaves the target at the identity"))
 def test_verifier_requires_partials_to_be_combined() -> None:
     broken = mutated(optimal_program(SOFTMAX), "s",
                      lambda n: None if isinstance(n, Combine) else n)
@@ -423,12 +417,6 @@ SCALAR_ONE_CORE = [
 ]
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "interpreter: a 0-d buffer (scalar target, e.g. s[] += x[i]) allocated outside every "
-    "parallel loop is accessed with the empty index (): values[()] returns a NumPy scalar "
-    "copy, not a view, so TilePlace.write's result is lost (the output stays at the "
-    "identity) and, with a ragged tile, init[()][mask] raises IndexError. The CP-SAT "
-    "optimum of red/softmax on one core (or P=1) hits it through pipeline.run"))
 @pytest.mark.parametrize("case", SCALAR_ONE_CORE, ids=lambda c: c.id)
 def test_scalar_reduction_without_parallel_loops_validates(case: Case) -> None:
     outcome = pipeline.run(pipeline.Request(case.workload, case.hardware, dict(case.sizes),
@@ -436,9 +424,6 @@ def test_scalar_reduction_without_parallel_loops_validates(case: Case) -> None:
     assert outcome.validation is not None and outcome.validation.passed
 
 
-@pytest.mark.xfail(strict=True, raises=IndexError, reason=(
-    "interpreter: the ragged variant of the 0-d buffer bug above crashes with "
-    "IndexError ('invalid index to scalar variable') instead of running"))
 def test_scalar_reduction_over_a_padded_extent_runs() -> None:
     case = Case.of("red", "cpu", {"N": 1000}, ("core.count=1",))
     cset = build(case).model.constraints
@@ -451,11 +436,6 @@ def test_scalar_reduction_over_a_padded_extent_runs() -> None:
 FRESH_ACCUMULATE = "size N = 16\nin x : f32[N]\nout y : f32[N]\ny[i] += x[i]\n"
 
 
-@pytest.mark.xfail(strict=True, raises=IRError, reason=(
-    "materialise: a fresh target with a reducing operator but nothing to reduce "
-    "(y[i] += x[i], legal: it starts from the identity) gets `fill y` but its tiles are "
-    "never loaded (space._tensor_uses sets read only for accumulates or reduced), so "
-    "verify raises 'expected accumulator y_wram loaded or filled before'"))
 @pytest.mark.parametrize("hw", ["upmem", "cpu"])
 def test_fresh_accumulation_without_reduction(hw: str, tmp_path: Path) -> None:
     path = tmp_path / "acc.syn"
@@ -467,11 +447,6 @@ def test_fresh_accumulation_without_reduction(hw: str, tmp_path: Path) -> None:
 PADDED_I8 = "size M = 2\nsize N = 3\nin x : i8[M, N]\nout y : i8[M, N]\ny[i, j] = x[i, j]\n"
 
 
-@pytest.mark.xfail(strict=True, raises=IRError, reason=(
-    "constraints vs verifier: transfer_rule_constraints accepts an unaligned run when "
-    "the tile covers the whole *padded* row (tile == ext), the verifier only when it "
-    "covers the parent's row (the tensor's real extent); an i8 row of 3 padded to 4 is a "
-    "4-byte MRAM run the model admits and verify rejects as unaligned"))
 def test_verifier_accepts_what_the_constraints_admit() -> None:
     workload = parse_workload(PADDED_I8, "pad.syn", "pad")
     hw = load_hardware("upmem")

@@ -5,19 +5,6 @@ agrees with the solver; brute force agrees with CP-SAT.
 
 Deterministic (`derandomize=True`): the same examples run every time, so a failure is
 reproducible and the runtime is stable.
-
-Three known bugs (each pinned by a strict xfail in test_ir.py or test_constraints.py)
-are stepped around here, so that these properties keep checking everything else; when a
-bug is fixed its xfail test fails, and its predicate below should go:
-- `no_decisions`: with every factor constant (all extents 1) both solvers report
-  objective 0 (test_objective_of_a_space_without_decisions): the objective is not
-  compared with the Python cost there;
-- `fresh_reduction_without_reduced_dims`: the materialiser never loads the accumulator
-  of e.g. `y[i] += x[i]` (test_fresh_accumulation_without_reduction): such schedules
-  are checked up to the cost model only;
-- `scalar_outside_parallel_loops`: the interpreter loses writes to 0-d buffers outside
-  every parallel loop (test_scalar_reduction_without_parallel_loops_validates): such
-  schedules are materialised and verified, not validated.
 """
 
 from __future__ import annotations
@@ -35,10 +22,9 @@ from synth.constraints import expr as ex
 from synth.constraints.cost import Model, evaluate_cost
 from synth.constraints.result import Status
 from synth.constraints.sample import random_schedule
-from synth.constraints.space import ConstraintSet
 from synth.hwfile import load_hardware
 from synth.ir.materialize import materialize
-from synth.ir.nodes import Alloc, Combine, Compute, Loop, LoopKind, Node, Program, walk
+from synth.ir.nodes import Alloc, Combine, Program, walk
 from synth.ir.verify import verify
 from synth.lang import parse_workload
 from synth.workload import Workload
@@ -50,38 +36,6 @@ SAMPLES = (1, 2)  # random schedules per workload, besides the optimum
 def examples(count: int) -> settings:
     return settings(max_examples=count, derandomize=True, deadline=None, database=None,
                     suppress_health_check=[HealthCheck.too_slow])
-
-
-def no_decisions(cset: ConstraintSet) -> bool:
-    return not cset.decisions
-
-
-def fresh_reduction_without_reduced_dims(workload: Workload) -> bool:
-    return any(s.op.reduces and not s.accumulates and not s.reduced
-               for s in workload.statements)
-
-
-def scalar_outside_parallel_loops(program: Program) -> bool:
-    """Whether a compute touches a 0-d buffer allocated outside every parallel loop."""
-    for kernel in program.kernels:
-        scalars: set[str] = set()
-        touched: set[str] = set()
-
-        def visit(nodes: tuple[Node, ...], parallel: int,
-                  scalars: set[str] = scalars, touched: set[str] = touched) -> None:
-            for node in nodes:
-                if isinstance(node, Loop):
-                    inside = parallel + (node.var.kind is LoopKind.PARALLEL)
-                    visit(node.body, inside)
-                elif isinstance(node, Alloc) and not node.buffer.shape and not parallel:
-                    scalars.add(node.buffer.name)
-                elif isinstance(node, Compute):
-                    touched.update([node.out, *node.operands.values()])
-
-        visit(kernel.body, 0)
-        if scalars & touched:
-            return True
-    return False
 
 
 def python_cost(model: Model, env: Mapping[str, int]) -> int:
@@ -98,9 +52,6 @@ def check_program(program: Program, workload: Workload, model: Model, env: Mappi
                 if isinstance(n, Alloc) and n.buffer.partial_loops
                 and n.buffer.memory == model.hw.root_memory.name}
     assert combines == partials, tag
-    if scalar_outside_parallel_loops(program):
-        event("validation skipped: scalar outside parallel loops (known bug)")
-        return
     validation = pipeline.validate(program, workload)
     assert validation.passed, (tag, validation.per_output)
 
@@ -115,11 +66,8 @@ def check_workload(generated: GeneratedWorkload, hw_name: str) -> None:
     assert result.status is Status.OPTIMAL, result.status
     assert result.env is not None and result.objective is not None
     assert cset.violated(result.env) == []
-    if no_decisions(cset):
-        event("objective not compared: no decisions (known bug)")
-    else:
-        assert result.objective == python_cost(model, result.env)
-        assert result.objective == ex.evaluate(cset.objective, result.env)
+    assert result.objective == python_cost(model, result.env)
+    assert result.objective == ex.evaluate(cset.objective, result.env)
 
     schedules = [("optimum", dict(result.env))]
     for seed in SAMPLES:
@@ -129,9 +77,6 @@ def check_workload(generated: GeneratedWorkload, hw_name: str) -> None:
         assert python_cost(model, env) >= python_cost(model, result.env), f"seed {seed}"
         schedules.append((f"seed {seed}", env))
 
-    if fresh_reduction_without_reduced_dims(workload):
-        event("materialise skipped: fresh reduction without reduced dims (known bug)")
-        return
     for tag, env in schedules:
         check_program(materialize(model, env), workload, model, env, hw_name, tag)
 
@@ -170,7 +115,4 @@ def test_exhaustive_agrees_with_cpsat_on_random_workloads(generated: GeneratedWo
     assert (brute.status, brute.objective) == (smart.status, smart.objective)
     if brute.env is not None:
         assert cset.violated(brute.env) == []
-        if no_decisions(cset):
-            event("objective not compared: no decisions (known bug)")
-        else:
-            assert python_cost(model, brute.env) == brute.objective
+        assert python_cost(model, brute.env) == brute.objective

@@ -21,10 +21,11 @@ from synth.constraints.space import ConstraintSet
 
 SEED = 0  # fixed, so the same input gives the same schedule
 # Auxiliary variables are bounded by interval arithmetic; where that bound is looser than
-# this (about two and a half hours in picoseconds), it is cut here so that the objective,
-# a sum of many such terms times their coefficients, stays within 64-bit integers.
-# No schedule worth finding has a single cost term that large.
-MAX_VALUE = 2**53
+# a share of this, it is cut so that the objective, a sum of such terms times their
+# coefficients, stays within CP-SAT's 64-bit integers. Each of n objective terms gets
+# 2^62 / (n + 8): over a day in picoseconds for any built-in. No schedule worth finding
+# has a single cost term that large.
+OBJECTIVE_RANGE = 2**62
 
 Linear = cp_model.LinearExprT
 
@@ -38,6 +39,8 @@ class Lowering:
         self.vars: dict[str, cp_model.IntVar] = {}
         self.bounds: dict[str, tuple[int, int]] = {}
         self._aux: dict[tuple[ex.Int, int], cp_model.IntVar] = {}
+        terms = cset.objective.terms if isinstance(cset.objective, ex.Sum) else (1,)
+        self.max_value = OBJECTIVE_RANGE // (len(terms) + 8)
         self._bools: dict[ex.Cond, cp_model.IntVar] = {}
         self._declare_decisions()
         self._declare_definitions()
@@ -53,7 +56,7 @@ class Lowering:
     def _declare_definitions(self) -> None:
         for name, term in self.cset.definitions.items():
             lo, hi = ex.bounds(term, self.bounds, self.cset.groups)
-            lo, hi = min(lo, MAX_VALUE), min(hi, MAX_VALUE)
+            lo, hi = min(lo, self.max_value), min(hi, self.max_value)
             var = self.model.new_int_var(lo, hi, name)
             self.model.add(var == self.linear(term))
             self.vars[name] = var
@@ -75,14 +78,15 @@ class Lowering:
             return sum((self.linear(t) for t in term.terms), 0)
         if isinstance(term, ex.Prod):
             coeff, rest = _split_coefficient(term)
-            cap = MAX_VALUE // max(abs(coeff), 1)
+            cap = self.max_value // max(abs(coeff), 1)
             if len(rest) == 1 and isinstance(rest[0], ex.Var):
                 return coeff * self.vars[rest[0].name]
             return coeff * self.var_of(rest[0] if len(rest) == 1 else ex.Prod(tuple(rest)), cap)
         return self.var_of(term)
 
-    def var_of(self, term: ex.Int, cap: int = MAX_VALUE) -> cp_model.IntVar:
+    def var_of(self, term: ex.Int, cap: int | None = None) -> cp_model.IntVar:
         """A variable equal to `term` (at most `cap`), created once per term and cap."""
+        cap = self.max_value if cap is None else cap
         if isinstance(term, ex.Var):
             return self.vars[term.name]
         key = (term, cap)

@@ -59,11 +59,13 @@ def components(cset: ConstraintSet) -> list[ConstraintSet]:
             objective=ex.add(*(t for t in terms if decisions_of(t) & members)),
             groups=cset.groups,
         ))
-    constant = ex.add(*(t for t in terms if not decisions_of(t)))
-    if parts and constant != ex.ZERO:
-        first = parts[0]
-        parts[0] = ConstraintSet(first.decisions, first.definitions, first.constraints,
-                                 ex.add(first.objective, constant), groups=cset.groups)
+    # what no decision can change: constant costs, and constraints that hold or never do
+    fixed = ConstraintSet({}, {}, tuple(c for c in cset.constraints
+                                        if not decisions_of(c.cond)),
+                          ex.add(*(t for t in terms if not decisions_of(t))),
+                          groups=cset.groups)
+    if fixed.constraints or fixed.objective != ex.ZERO or not parts:
+        parts.append(fixed)
     return parts
 
 

@@ -61,6 +61,10 @@ def _enumerate(flat: ConstraintSet, time_limit_s: float
     """The best assignment of one part: (status, (objective, decisions), visited)."""
     start = time.perf_counter()
     names = list(flat.decisions)
+    if not names:  # nothing to choose: the constants hold or they do not
+        if flat.violated({}):
+            return Status.INFEASIBLE, None, 0
+        return Status.OPTIMAL, (ex.evaluate(flat.objective, {}), {}), 1
     checks = _checks_by_depth(flat, names)
     best: tuple[int, dict[str, int]] | None = None
     env: dict[str, int] = {}

@@ -104,7 +104,7 @@ def _tensor_uses(statements: Sequence[Statement]) -> tuple[TensorUse, ...]:
             if acc.tensor not in uses:
                 uses[acc.tensor] = TensorUse(acc.tensor, acc.indices, written=False, read=True)
     for stmt in statements:
-        read_back = stmt.accumulates or bool(stmt.reduced)
+        read_back = stmt.accumulates or stmt.op.reduces  # `+=` reads what it adds to
         uses[stmt.target] = TensorUse(stmt.target, stmt.indices, written=True, read=read_back)
     return tuple(uses.values())
 
@@ -149,7 +149,16 @@ class ConstraintSet:
         return env
 
     def violated(self, env: Mapping[str, int]) -> list[NamedConstraint]:
-        return [c for c in self.constraints if not ex.holds(c.cond, env)]
+        return [c for c in self.constraints if not _holds(c.cond, env)]
+
+
+def _holds(cond: ex.Cond, env: Mapping[str, int]) -> bool:
+    """A condition that divides by zero (a tile larger than its extent makes a factor
+    0) does not hold; the tiling constraint says why."""
+    try:
+        return ex.holds(cond, env)
+    except ZeroDivisionError:
+        return False
 
 
 # ---------------------------------------------------------------- factors

@@ -262,7 +262,7 @@ def _view(array: Array, start: tuple[int, ...], axes: list[_Axis],
           shape: tuple[int, ...]) -> Array:
     """`array` read at start + sum(coeff * index) as a strided view (any strides, so a
     view of a view works too)."""
-    origin = array[tuple(slice(c, None) for c in start)]
+    origin = array[tuple(slice(c, None) for c in start) + (Ellipsis,)]  # a view, even 0-d
     strides = _strides(axes, array.strides, len(shape))
     return np.lib.stride_tricks.as_strided(origin, shape, strides)
 
@@ -589,7 +589,11 @@ class TilePlace:
 
     def _slices(self) -> tuple | None:
         m, node, decl = self.frame.m, self.frame.node, self.state.decl
-        if self.frame.ragged or self.state.instance_loops != tuple(v.name for v in m.grid):
+        if self.state.instance_loops != tuple(v.name for v in m.grid):
+            return None
+        if not self.positions:  # a scalar per unit: nothing to be ragged; `...` keeps a view
+            return (slice(None),) * len(m.grid) + (Ellipsis,)
+        if self.frame.ragged:
             return None
         slices = []
         for axis, k in enumerate(self.positions):

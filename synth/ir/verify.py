@@ -39,8 +39,13 @@ from synth.workload import Workload
 def verify(program: Program, workload: Workload, hw: Hardware) -> None:
     """Raise IRError naming the first rule the program breaks."""
     globals_ = {b.name: b for b in program.globals}
+    holding = {t.name for t in workload.inputs}  # globals that hold data so far
     for kernel in program.kernels:
-        KernelCheck(kernel, workload, hw, globals_).run()
+        holding = KernelCheck(kernel, workload, hw, globals_, holding).run()
+    for tensor in workload.outputs:
+        if tensor.name not in holding:
+            raise IRError(f"program: expected output {tensor.name} written by a kernel, "
+                          f"got no kernel writing it")
 
 
 @dataclass
@@ -52,21 +57,28 @@ class _Scope:
 
 class KernelCheck:
     def __init__(self, kernel: Kernel, workload: Workload, hw: Hardware,
-                 globals_: Mapping[str, BufferDecl]) -> None:
+                 globals_: Mapping[str, BufferDecl], holding: set[str]) -> None:
         self.kernel = kernel
         self.workload = workload
         self.hw = hw
         self.globals = dict(globals_)
+        self.holding = set(holding)
         self.usage: dict[str, int] = {}  # memory -> bytes per instance over the kernel
+        self.partials: set[str] = set()  # partial-result buffers still to be combined
 
-    def run(self) -> None:
-        scope = _Scope(dict(self.globals), [], set(self.globals))
+    def run(self) -> set[str]:
+        """Check the kernel; the globals holding data after it."""
+        scope = _Scope(dict(self.globals), [], set(self.holding))
         self._block(self.kernel.body, scope)
         for memory, used in self.usage.items():
             mem = self.hw.memory(memory)
             if used > mem.usable:
                 raise IRError(f"kernel {self.kernel.name}: expected tiles in one {memory} "
                               f"to fit {mem.usable} bytes, got {used}")
+        if self.partials:
+            raise IRError(f"kernel {self.kernel.name}: expected partial results "
+                          f"{', '.join(sorted(self.partials))} combined, got no combine")
+        return scope.written & set(self.globals)
 
     def _block(self, nodes: tuple[Node, ...], scope: _Scope) -> None:
         for node in nodes:
@@ -83,10 +95,17 @@ class KernelCheck:
         if isinstance(node, Alloc):
             node.verify()
             scope.buffers[node.buffer.name] = node.buffer
+            scope.written.discard(node.buffer.name)  # a fresh allocation holds nothing
             self._account(node.buffer, scope)
+            if node.buffer.memory == self.hw.root_memory.name and node.buffer.partial_loops:
+                self.partials.add(node.buffer.name)
         elif isinstance(node, Load):
             child, parent = self._buf(node.dst, scope), self._buf(node.src, scope)
-            self._transfer(child, parent, scope, f"load {node.dst} <- {node.src}")
+            what = f"load {node.dst} <- {node.src}"
+            self._transfer(child, parent, scope, what)
+            if node.src not in scope.written:
+                raise IRError(f"{what}: expected {node.src} to hold data (loaded, computed, "
+                              f"filled or stored before), got nothing written to it")
             scope.written.add(node.dst)
         elif isinstance(node, Store):
             child, parent = self._buf(node.src, scope), self._buf(node.dst, scope)
@@ -105,6 +124,8 @@ class KernelCheck:
                 if name not in scope.written:
                     raise IRError(f"combine {node.partials}: expected {name} written before, "
                                   f"got nothing")
+            self.partials.discard(node.partials)
+            scope.written.add(node.target)
 
     def _buf(self, name: str, scope: _Scope) -> BufferDecl:
         if name not in scope.buffers:
@@ -153,7 +174,8 @@ class KernelCheck:
         if padded < rules.min_bytes:
             raise IRError(f"{what}: expected transfers of at least {rules.min_bytes} bytes "
                           f"into {mem.name}, got {padded}")
-        whole_row = not child.shape or child.shape[-1] == parent.shape[-1]
+        # a tile covering its parent's whole row (padded or not) starts every run at a row
+        whole_row = not child.shape or child.shape[-1] >= parent.shape[-1]
         if rules.align > 1 and run % rules.align and not whole_row:
             raise IRError(f"{what}: expected {rules.align}-byte aligned runs into "
                           f"{mem.name}, got {run}-byte runs")
