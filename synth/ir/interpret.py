@@ -510,41 +510,72 @@ def reduce_points(frame: ComputeFrame, stmt: Any, value: Array) -> Array:
 
 
 def contract(frame: ComputeFrame, stmt: Any) -> Array | None:
-    """`a * b` summed over the reduced dims, as one einsum, when the statement is exactly
-    that: far faster than multiplying out the whole tile. Integers are contracted exactly
-    (in float64 only when the result provably fits 53 bits) and wrap like C."""
+    """`a * b` summed over the reduced dims as one batched matrix product, when the
+    statement is exactly that. Axes are sorted by which operand varies along them: both
+    (batch, or the contracted dims), only `a` (rows), only `b` (columns), neither
+    (dropped, broadcast back at the end). So a tile that many units share is multiplied
+    once, not once per unit. Integers are contracted exactly (in floating point only when
+    every partial sum provably fits its mantissa) and wrap like C."""
     expr = stmt.expr
     if not (stmt.op.value == "+=" and stmt.reduced and not frame.ragged
             and isinstance(expr, BinOp) and expr.op == "*"
             and isinstance(expr.lhs, Access) and isinstance(expr.rhs, Access)):
         return None
-    m, node = frame.m, frame.node
-    grid = len(m.grid)
-    letters = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
-    axes = letters[:grid + len(node.dims)]
-    operands, subscripts = [], []
-    for acc in (expr.lhs, expr.rhs):
-        array = frame.place(node.operands[acc.tensor], acc.indices).read()
-        keep = [a for a in range(grid + len(node.dims))
-                if a < grid or node.dims[a - grid] in acc.indices]
-        squeeze = tuple(a for a in range(array.ndim) if a not in keep)
-        operands.append(np.squeeze(array, axis=squeeze))
-        subscripts.append("".join(axes[a] for a in keep))
-    out = "".join(axes[a] for a in range(grid + len(node.dims))
-                  if a < grid or node.dims[a - grid] not in stmt.reduced)
-    a, b = operands
-    if a.dtype.kind in "iu":
-        depth = int(np.prod([node.tile[node.dims.index(d)] for d in stmt.reduced]))
-        bound = float(np.abs(a).max(initial=0)) * float(np.abs(b).max(initial=0)) * depth
+    node = frame.node
+    a, b = (frame.place(node.operands[acc.tensor], acc.indices).frame_view()
+            for acc in (expr.lhs, expr.rhs))
+    grid = len(frame.m.grid)
+    reduced = {grid + node.dims.index(d) for d in stmt.reduced}
+    varies_a = [n > 1 and st != 0 for n, st in zip(a.shape, a.strides, strict=True)]
+    varies_b = [n > 1 and st != 0 for n, st in zip(b.shape, b.strides, strict=True)]
+    rank = a.ndim
+    if any(varies_a[k] != varies_b[k] for k in reduced):
+        return None  # a reduced dim only one operand walks: not a plain product-sum
+    batch = [k for k in range(rank) if k not in reduced and varies_a[k] and varies_b[k]]
+    rows = [k for k in range(rank) if varies_a[k] and not varies_b[k]]
+    cols = [k for k in range(rank) if varies_b[k] and not varies_a[k]]
+    inner = [k for k in reduced if varies_a[k]]
+    sizes = [max(a.shape[k], b.shape[k]) for k in range(rank)]
+
+    def matrix(x: Array, outer: list[int], keep: set[int]) -> Array:
+        pick = tuple(slice(None) if k in keep else 0 for k in range(rank))
+        kept = [k for k in range(rank) if k in keep]
+        order = [kept.index(k) for k in batch + outer + inner]
+        squeezed = x[pick].transpose(order)
+        return squeezed.reshape(_prod(batch, sizes), _prod(outer, sizes), _prod(inner, sizes))
+
+    left = matrix(a, rows, set(batch + rows + inner))
+    right = matrix(b, cols, set(batch + cols + inner)).transpose(0, 2, 1)
+    if left.dtype.kind in "iu":
+        bound = float(np.abs(left).max(initial=0)) * float(np.abs(right).max(initial=0)) \
+            * max(_prod(inner, sizes), 1)
         # the smallest type in which every partial sum is exact
         work = np.float32 if bound < 2.0**24 else np.float64 if bound < 2.0**53 else np.int64
-        a, b = a.astype(work), b.astype(work)
-    result = np.einsum(f"{subscripts[0]},{subscripts[1]}->{out}", a, b, optimize=True)
-    if result.dtype.kind == "f" and operands[0].dtype.kind in "iu":
-        result = np.rint(result).astype(np.int64)
-    shape = list(m.grid_shape) + [1 if d in stmt.reduced else node.tile[k]
-                                  for k, d in enumerate(node.dims)]
-    return np.asarray(result).reshape(shape)
+        left, right = left.astype(work), right.astype(work)
+    else:  # floats in float64, like the reference and the elementwise path
+        left, right = left.astype(np.float64), right.astype(np.float64)
+    product = np.matmul(left, right)
+    if product.dtype.kind == "f" and a.dtype.kind in "iu":
+        product = np.rint(product).astype(np.int64)
+    shaped = product.reshape([sizes[k] for k in batch + rows + cols])
+    placed = _place(shaped, batch + rows + cols, rank)
+    out_shape = list(frame.m.grid_shape) + [1 if d in stmt.reduced else node.tile[k]
+                                            for k, d in enumerate(node.dims)]
+    return np.broadcast_to(placed, out_shape)
+
+
+def _prod(axes: list[int], sizes: list[int]) -> int:
+    return int(np.prod([sizes[k] for k in axes], dtype=np.int64))
+
+
+def _place(array: Array, axes: list[int], rank: int) -> Array:
+    """`array`, whose axes are `axes` of a rank-`rank` layout, with size-1 axes elsewhere."""
+    order = sorted(range(len(axes)), key=lambda i: axes[i])
+    moved = array.transpose(order)
+    shape = [1] * rank
+    for i in order:
+        shape[axes[i]] = array.shape[i]
+    return moved.reshape(shape)
 
 
 class ComputeFrame:
@@ -638,6 +669,21 @@ class TilePlace:
         if self.view_index is not None:
             return self._to_frame(self.state.values[self.view_index])
         return self.state.values[self.index]
+
+    def frame_view(self) -> Array:
+        """The tile in the frame's layout without copying: absent dims, and units that
+        share one tile, are zero strides (read-only)."""
+        if self.view_index is None:
+            return self.read()
+        tile = self.state.values[self.view_index]
+        grid = len(self.frame.m.grid)
+        node = self.frame.node
+        shape = list(tile.shape[:grid]) + [1] * len(node.dims)
+        strides = list(tile.strides[:grid]) + [0] * len(node.dims)
+        for axis, k in enumerate(self.positions):
+            shape[grid + k] = tile.shape[grid + axis]
+            strides[grid + k] = tile.strides[grid + axis]
+        return np.lib.stride_tricks.as_strided(tile, shape, strides, writeable=False)
 
     def require_initialised(self, message: str) -> None:
         if self.state.complete:
