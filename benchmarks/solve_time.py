@@ -46,6 +46,7 @@ from rich.table import Table
 from rich.text import Text
 
 from synth import pipeline
+from synth.cli import format_seconds
 from synth.constraints import exhaustive
 from synth.constraints.cost import Model
 from synth.constraints.result import SolveResult, Status
@@ -171,15 +172,8 @@ class ExhaustiveCase:
 
 
 def fmt_s(seconds: float | None) -> str:
-    """A duration with a unit that keeps 3-4 significant digits readable."""
-    if seconds is None:
-        return "-"
-    if seconds == 0:
-        return "0 s"
-    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6), ("ns", 1e-9)):
-        if abs(seconds) >= scale:
-            return f"{seconds / scale:.4g} {unit}"
-    return f"{seconds / 1e-12:.4g} ps"
+    """A duration as the CLI prints it, or "-" when not measured."""
+    return "-" if seconds is None else format_seconds(seconds)
 
 
 def fmt_ps(value: int | None) -> str:
