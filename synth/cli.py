@@ -25,7 +25,10 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from synth import report
+from synth import pipeline, report
+from synth.constraints import user
+from synth.constraints.cost import Model
+from synth.constraints.explain import GroupStatus, group_infos
 from synth.constraints.result import Status
 from synth.errors import InputError, SynthError
 from synth.hwfile import list_builtin_hardware, load_hardware
@@ -224,6 +227,36 @@ def cost_table(outcome: Outcome) -> Table:
     return table
 
 
+def _binding_cell(status: GroupStatus | None, objective: int | None) -> str:
+    if status is None or status.group in user.UNDROPPABLE:
+        return "-"  # not droppable, so not re-solved
+    if status.binding is None:
+        return "?" if status.status_without is not None else "-"
+    if not status.binding or status.objective_without is None:
+        return "no"
+    without = format_seconds(status.objective_without / report.PS_PER_S)
+    change = f" ({status.objective_without / objective - 1:+.1%})" if objective else ""
+    return f"yes: {without}{change}"
+
+
+def groups_table(outcome: Outcome) -> Table:
+    """The named constraint groups at the optimum: tight (an inequality holds with
+    equality) and binding (the objective improves without the group)."""
+    table = Table(title="Constraint groups at the optimum", box=box.SIMPLE_HEAD,
+                  title_justify="left")
+    rows = [(status.group, str(status.info.count), "yes" if status.tight else "no",
+             _binding_cell(status, outcome.result.objective), status.info.meanings[0])
+            for status in outcome.group_status or []]
+    table.add_column("group", no_wrap=True)
+    table.add_column("n", justify="right", no_wrap=True)
+    table.add_column("tight", no_wrap=True)
+    table.add_column("binding: objective without", no_wrap=True)
+    table.add_column("meaning (first of the group)")
+    for row in rows:
+        table.add_row(*row)
+    return table
+
+
 def validation_line(outcome: Outcome) -> str:
     v = outcome.validation
     if v is None:
@@ -262,6 +295,8 @@ def print_human(outcome: Outcome, request: Request) -> None:
     console.print(print_program(outcome.program), markup=False, soft_wrap=True)
     console.print()
     console.print(cost_table(outcome))
+    if outcome.group_status is not None:
+        console.print(groups_table(outcome))
     console.print(validation_line(outcome), markup=False, soft_wrap=True)
 
 
@@ -271,6 +306,42 @@ def print_json(outcome: Outcome) -> None:
 
 
 # ---------------------------------------------------------------- commands
+
+
+def show_constraints_of(request: Request, as_json: bool) -> int:
+    """`--show-constraints`: the model's named groups (after --constraint, --fix and
+    --drop), the variables and the hardware parameters expressions may use; no solve."""
+    model: Model = pipeline.encode(pipeline.parse(request), pipeline.hardware(request),
+                                   request.constraints, request.fixes, request.drops)
+    cset = model.constraints
+    infos = group_infos(cset)
+    variables = {name: (list(cset.decisions[name]) if name in cset.decisions else "defined")
+                 for name in user.variable_names(cset)}
+    params = user.hardware_parameters(model.hw)
+    if as_json:
+        data = {"workload": model.workload.name, "hardware": model.hw.name,
+                "constraint_groups": [{"group": i.group, "count": i.count,
+                                       "meanings": list(i.meanings)} for i in infos],
+                "variables": variables, "hardware_parameters": params}
+        sys.stdout.write(json.dumps(report.jsonable(data), indent=2) + "\n")
+        return EXIT_OK
+    console = make_console()
+    table = Table(title=f"Constraint groups of {model.workload.name} on {model.hw.name}",
+                  box=box.SIMPLE_HEAD, title_justify="left")
+    table.add_column("group", no_wrap=True)
+    table.add_column("n", justify="right", no_wrap=True)
+    table.add_column("meaning")
+    for info in infos:
+        note = " (redundant; never dropped)" if info.group == "implied" else \
+            " (cannot be dropped)" if info.group in user.UNDROPPABLE else ""
+        table.add_row(info.group, str(info.count), info.summary(3) + note)
+    console.print(table)
+    console.print("Variables for --constraint and --fix: " + ", ".join(variables),
+                  markup=False, soft_wrap=True)
+    console.print("Hardware parameters for --constraint: "
+                  + ", ".join(f"{k}={v}" for k, v in params.items()),
+                  markup=False, soft_wrap=True)
+    return EXIT_OK
 
 
 def solve_request(request: Request, as_json: bool) -> int:
@@ -301,6 +372,21 @@ def solve(
         "--json", help="Print one JSON report object to stdout and nothing else.")] = False,
     no_validate: Annotated[bool, typer.Option(
         "--no-validate", help="Skip running the loop nest against NumPy.")] = False,
+    constraint: Annotated[list[str] | None, typer.Option(
+        "--constraint", metavar="EXPR",
+        help='Add a constraint over variables and hardware parameters, e.g. "T >= 11" or '
+             '"R*D <= 256" (repeatable; groups user.1, user.2, ...).')] = None,
+    fix: Annotated[list[str] | None, typer.Option(
+        "--fix", metavar="VAR=INT",
+        help="Fix a variable, e.g. T=16 (repeatable; group user.fix.VAR).")] = None,
+    drop: Annotated[list[str] | None, typer.Option(
+        "--drop", metavar="GROUP",
+        help="Drop a constraint group, or all groups under a prefix (capacity drops "
+             "capacity.*), for what-if studies (repeatable).")] = None,
+    show_constraints: Annotated[bool, typer.Option(
+        "--show-constraints",
+        help="List the constraint groups, variables and hardware parameters, then exit "
+             "without solving.")] = False,
 ) -> None:
     """Find the best schedule of WORKLOAD on the hardware model, print it and check it.
 
@@ -309,7 +395,10 @@ def solve(
     def action() -> int:
         request = Request(workload, hw, parse_size_settings(sizes or []), tuple(hw_set or []),
                           check_solver(solver), check_time_limit(time_limit),
-                          validate=not no_validate)
+                          validate=not no_validate, constraints=tuple(constraint or []),
+                          fixes=tuple(fix or []), drops=tuple(drop or []), binding=True)
+        if show_constraints:
+            return show_constraints_of(request, as_json)
         return solve_request(request, as_json)
 
     raise typer.Exit(guarded(action))

@@ -621,10 +621,10 @@ def _memory(entry: dict[str, Any], is_root: bool, levels: Sequence[Level], clock
             f"{names[shared_by]!r} is inside the memory's level {names[level]!r}; name that "
             "level or an outer one")
     capacity = _capacity(entry, where)
+    # Sizes are never negative. A reservation that leaves nothing usable (or less) is not
+    # bad input: it is a what-if a user may ask (--hw-set wram.capacity=4), and the
+    # capacity constraints then say, as an explained conflict, that no tile fits.
     reserved = _unit(parse_size, entry.get("reserved", 0), where.at("reserved"))
-    if reserved >= capacity:
-        raise where.at("reserved").error(f"{reserved} B leaves nothing of the capacity "
-                                         f"({capacity} B); it must be smaller")
     return Memory(
         name=_string(entry["name"], where.at("name")),
         level=names[level],

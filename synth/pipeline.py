@@ -1,6 +1,11 @@
 """The pipeline: one short list of named stages, each taking and returning plain data.
 
-    parse -> hardware -> encode -> solve -> materialise -> verify -> validate
+    parse -> hardware -> encode -> solve -> materialise -> verify -> validate [-> binding]
+                                     (infeasible: -> explain)
+
+`encode` adds the user's --constraint/--fix groups and removes --drop groups
+(`synth.constraints.user`); `explain` names a minimal set of conflicting groups and
+`binding` (when asked) the groups that shape the optimum (`synth.constraints.explain`).
 
 `run` is what `synth solve` does; every stage is also callable alone (tests and
 benchmarks use them that way). Errors a user can cause are raised as `SynthError`
@@ -10,17 +15,18 @@ a `Status` in the outcome, which the CLI maps to an exit code.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from synth.constraints import cpsat, exhaustive
+from synth.constraints import cpsat, exhaustive, explain, user
 from synth.constraints.cost import Model, build_model, evaluate_cost
 from synth.constraints.result import SolveResult, Status
 from synth.constraints.space import one_kernel_per_statement
 from synth.errors import InputError
-from synth.hardware import Hardware
+from synth.hardware import Hardware, Memory
 from synth.hwfile import load_hardware
 from synth.ir.interpret import interpret
 from synth.ir.materialize import materialize
@@ -45,6 +51,10 @@ class Request:
     time_limit_s: float = 30.0
     validate: bool = True
     seed: int = 0  # inputs of the validation run
+    constraints: Sequence[str] = ()  # --constraint EXPR: groups user.1, user.2, ...
+    fixes: Sequence[str] = ()  # --fix VAR=INT: groups user.fix.VAR
+    drops: Sequence[str] = ()  # --drop GROUP (or a prefix: `capacity` drops capacity.*)
+    binding: bool = False  # find the groups that bind at the optimum (one re-solve each)
 
 
 @dataclass(frozen=True)
@@ -66,6 +76,8 @@ class Outcome:
     cost: Mapping[str, int] | None  # picoseconds per part of the cost
     validation: Validation | None
     timings: Mapping[str, float]  # seconds per stage
+    explanation: Sequence[explain.Conflict] | None = None  # infeasible: a minimal conflict
+    group_status: Sequence[explain.GroupStatus] | None = None  # Request.binding: per group
 
 
 # ---------------------------------------------------------------- stages
@@ -79,8 +91,33 @@ def hardware(request: Request) -> Hardware:
     return load_hardware(request.hardware, tuple(request.hw_overrides))
 
 
-def encode(workload: Workload, hw: Hardware) -> Model:
-    return build_model(workload, hw, one_kernel_per_statement(workload))
+def encode(workload: Workload, hw: Hardware, constraints: Sequence[str] = (),
+           fixes: Sequence[str] = (), drops: Sequence[str] = ()) -> Model:
+    """The model, then the user's constraints and fixes added, then dropped groups removed
+    (see `synth.constraints.user`)."""
+    model = build_model(workload, hw, one_kernel_per_statement(workload))
+    extra = user.user_constraints(model, constraints, fixes)
+    cset = dataclasses.replace(model.constraints,
+                               constraints=model.constraints.constraints + tuple(extra))
+    return dataclasses.replace(model, constraints=user.drop_groups(cset, drops))
+
+
+def what_if(hw: Hardware, drops: Sequence[str]) -> Hardware:
+    """The hardware a schedule is verified against when groups were dropped: a memory
+    without its capacity or transfer rules where `capacity.<memory>` or
+    `transfer.<memory>` is dropped (the verifier re-derives those rules itself)."""
+    def dropped(group: str) -> bool:
+        return any(user.matches(group, pattern) for pattern in drops)
+
+    def relaxed(mem: Memory) -> Memory:
+        if dropped(f"capacity.{mem.name}"):
+            mem = dataclasses.replace(mem, capacity=mem.reserved + 2**62)
+        if dropped(f"transfer.{mem.name}"):
+            mem = dataclasses.replace(mem, rules=dataclasses.replace(
+                mem.rules, min_bytes=1, align=1))
+        return mem
+
+    return dataclasses.replace(hw, memories=tuple(relaxed(m) for m in hw.memories))
 
 
 def solve(model: Model, solver: str, time_limit_s: float) -> SolveResult:
@@ -89,6 +126,19 @@ def solve(model: Model, solver: str, time_limit_s: float) -> SolveResult:
     if solver == "exhaustive":
         return exhaustive.solve(model.constraints, time_limit_s)
     raise InputError(f"unknown solver {solver!r}; expected one of {', '.join(SOLVERS)}")
+
+
+def explain_infeasible(model: Model) -> list[explain.Conflict]:
+    return explain.explain(model.constraints, model.hw)
+
+
+def binding(model: Model, result: SolveResult, time_limit_s: float
+            ) -> list[explain.GroupStatus]:
+    """Each group at the solution: tight, and (when it is proven optimal) binding."""
+    assert result.env is not None and result.objective is not None
+    optimal = result.status is Status.OPTIMAL
+    return explain.binding(model.constraints, result.env, result.objective,
+                           min(time_limit_s, explain.RESOLVE_LIMIT_S), resolve=optimal)
 
 
 def validate(program: Program, workload: Workload, seed: int = 0) -> Validation:
@@ -122,16 +172,23 @@ def run(request: Request) -> Outcome:
 
     workload = timed("parse", parse, request)
     hw = timed("hardware", hardware, request)
-    model = timed("encode", encode, workload, hw)
+    model = timed("encode", encode, workload, hw, request.constraints, request.fixes,
+                  request.drops)
     result = timed("solve", solve, model, request.solver, request.time_limit_s)
+    if result.status is Status.INFEASIBLE:
+        conflicts = timed("explain", explain_infeasible, model)
+        return Outcome(workload, hw, model, result, None, None, None, timings, conflicts)
     if result.env is None:
         return Outcome(workload, hw, model, result, None, None, None, timings)
     program = timed("materialise", materialize, model, result.env)
-    timed("verify", verify, program, workload, hw)
+    timed("verify", verify, program, workload, what_if(hw, request.drops))
     cost = evaluate_cost(model, dict(result.env))
     validation = (timed("validate", validate, program, workload, request.seed)
                   if request.validate else None)
-    return Outcome(workload, hw, model, result, program, cost, validation, timings)
+    groups = (timed("binding", binding, model, result, request.time_limit_s)
+              if request.binding else None)
+    return Outcome(workload, hw, model, result, program, cost, validation, timings,
+                   group_status=groups)
 
 
 def solved(outcome: Outcome) -> bool:

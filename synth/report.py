@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from synth.constraints import expr as ex
+from synth.constraints.explain import group_infos
 from synth.constraints.result import Status
 from synth.constraints.space import SlotKind
 from synth.ir.nodes import Alloc, BufferDecl, Kernel, Program, walk
@@ -248,30 +249,74 @@ def validation_json(outcome: Outcome) -> dict[str, Any] | None:
 
 
 def infeasible_message(outcome: Outcome) -> str:
-    """What the user reads when no schedule exists: where, and what to relax.
-
-    A later issue replaces this with the named conflicting constraint groups; until then
-    it names the request and the knobs that change the space."""
+    """What the user reads when no schedule exists: the request, the minimal set of
+    conflicting constraint groups with what they mean, and what to relax."""
     sizes = ", ".join(f"{k}={v}" for k, v in outcome.workload.sizes.items())
-    inner = outcome.hardware.memories[-1].name
-    return (f"no schedule of workload '{outcome.workload.name}' ({sizes}) fits hardware "
-            f"'{outcome.hardware.name}': every candidate breaks a constraint. Relax the "
-            f"hardware with --hw-set (e.g. --hw-set {inner}.capacity=SIZE) or change the "
-            f"problem sizes with --set NAME=INT.")
+    head = (f"no schedule of workload '{outcome.workload.name}' ({sizes}) fits hardware "
+            f"'{outcome.hardware.name}'")
+    if not outcome.explanation:
+        inner = outcome.hardware.memories[-1].name
+        return (f"{head}: every candidate breaks a constraint. Relax the hardware with "
+                f"--hw-set (e.g. --hw-set {inner}.capacity=SIZE) or change the problem "
+                f"sizes with --set NAME=INT.")
+    lines = [f"{head}: no schedule meets this constraint group:"
+             if len(outcome.explanation) == 1 else
+             f"{head}: these constraint groups conflict (a minimal set: without any one "
+             f"of them, the others can all be met):"]
+    for conflict in outcome.explanation:
+        lines.append(f"  {conflict.group}: {conflict.summary()}")
+        if conflict.facts:
+            lines.append(f"    ({conflict.facts})")
+    which = "it" if len(outcome.explanation) == 1 else "one of them"
+    lines.append(f"Relax {which}: the hardware with --hw-set, the problem sizes with "
+                 "--set NAME=INT, or your own --constraint/--fix; --drop GROUP shows what "
+                 "the request gives without a group.")
+    return "\n".join(lines)
 
 
-def explanation(outcome: Outcome) -> str | None:
-    if outcome.result.status is Status.INFEASIBLE:
-        return infeasible_message(outcome)
-    return None
+def explanation(outcome: Outcome) -> dict[str, Any] | None:
+    """For an infeasible request: the conflicting groups and the message; else None."""
+    if outcome.result.status is not Status.INFEASIBLE:
+        return None
+    groups = [{"group": c.group, "meaning": c.summary(), "meanings": list(c.violated),
+               "facts": c.facts} for c in outcome.explanation or []]
+    return {"groups": groups, "message": infeasible_message(outcome)}
+
+
+# ---------------------------------------------------------------- constraint groups
+
+
+def constraint_groups(outcome: Outcome) -> list[dict[str, Any]]:
+    """Every named group of the model; `tight`, `binding` and `objective_without` are null
+    unless the groups were analysed at the optimum (`Request.binding`)."""
+    status = {g.group: g for g in outcome.group_status or []}
+    rows = []
+    for info in group_infos(outcome.model.constraints):
+        at = status.get(info.group)
+        rows.append({"group": info.group, "count": info.count, "meanings": list(info.meanings),
+                     "tight": at.tight if at else None,
+                     "binding": at.binding if at else None,
+                     "objective_without": at.objective_without if at else None})
+    return rows
+
+
+def binding(outcome: Outcome) -> list[dict[str, Any]] | None:
+    """The groups whose removal improves the objective; None when not analysed."""
+    if outcome.group_status is None:
+        return None
+    return [{"group": g.group, "meaning": g.info.summary(),
+             "objective_without": g.objective_without,
+             "objective_without_s": (g.objective_without or 0) / PS_PER_S, "tight": g.tight}
+            for g in outcome.group_status if g.binding]
 
 
 # ---------------------------------------------------------------- the report
 
 
 def to_json(outcome: Outcome) -> dict[str, Any]:
-    """The JSON report of DESIGN.md section 8, plus `sizes`, `buffers`, `timings` and
-    `loop_nest`; strictly serialisable (`json.dumps(..., allow_nan=False)` succeeds)."""
+    """The JSON report of DESIGN.md section 8, plus `sizes`, `buffers`, `binding`,
+    `constraint_groups`, `timings` and `loop_nest`; strictly serialisable
+    (`json.dumps(..., allow_nan=False)` succeeds)."""
     program = outcome.program
     report = {
         "workload": outcome.workload.name,
@@ -286,6 +331,8 @@ def to_json(outcome: Outcome) -> dict[str, Any]:
         "cost": cost_json(outcome.cost),
         "validation": validation_json(outcome),
         "explanation": explanation(outcome),
+        "binding": binding(outcome),
+        "constraint_groups": constraint_groups(outcome),
         "timings": dict(outcome.timings),
         "loop_nest": print_program(program) if program is not None else None,
     }

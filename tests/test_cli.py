@@ -72,6 +72,9 @@ def test_json_report_has_the_design_keys(softmax_json: dict[str, Any]) -> None:
     assert softmax_json["solver"]["name"] == "cpsat"
     assert softmax_json["solver"]["gap"] == 0
     assert softmax_json["explanation"] is None
+    assert isinstance(softmax_json["binding"], list)
+    assert {g["group"] for g in softmax_json["constraint_groups"]} >= {
+        "tiling", "capacity.wram", "transfer.wram", "count.tasklet", "implied"}
     assert softmax_json["validation"]["passed"] is True
     assert "forall" in softmax_json["loop_nest"]
 
@@ -184,6 +187,7 @@ def test_infeasible_exits_1_with_a_message() -> None:
     assert result.exit_code == 1, result.output
     assert "infeasible" in result.stdout
     assert "'softmax'" in result.stdout and "'upmem'" in result.stdout
+    assert "capacity.wram" in result.stdout and "8 B usable" in result.stdout
     assert "--hw-set" in result.stdout
 
 
@@ -192,8 +196,12 @@ def test_infeasible_json_has_the_explanation() -> None:
     assert result.exit_code == 1, result.output
     data = report_of(result)
     assert data["status"] == "infeasible"
-    assert "softmax" in data["explanation"] and "--hw-set" in data["explanation"]
-    assert data["cost"] is None and data["groups"] == []
+    explanation = data["explanation"]
+    assert [g["group"] for g in explanation["groups"]] == ["capacity.wram"]
+    assert explanation["groups"][0]["meaning"]
+    message = explanation["message"]
+    assert "softmax" in message and "capacity.wram" in message and "--hw-set" in message
+    assert data["cost"] is None and data["groups"] == [] and data["binding"] is None
 
 
 def test_timeout_exits_3(monkeypatch: pytest.MonkeyPatch) -> None:

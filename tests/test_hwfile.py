@@ -408,9 +408,8 @@ VALIDATION_CASES = [
     ('latency = "10cycles"', 'latency = "10 parsecs"', ["memory 'local': latency: expected"]),
     ('bandwidth = "4B/cycle"', 'bandwidth = "fast"', ["memory 'local': bandwidth: expected"]),
     ('bandwidth = "4B/cycle"', 'bandwidth = "0B/cycle"', ["memory 'local': bandwidth:"]),
-    ('reserved = "1KiB"', 'reserved = "4KiB"', ["memory 'local': reserved:", "smaller"]),
     ('reserved = "1KiB"', 'reserved = "-1"', ["memory 'local': reserved: expected a size"]),
-    ('capacity = "4KiB"', "capacity = 0", ["memory 'local': reserved:"]),
+    ('capacity = "4KiB"', 'capacity = "-1KiB"', ["memory 'local': capacity: expected a size"]),
     ('count = "1..4"', 'count = "0..4"', ["level 'unit': count:", "at least 1"]),
     ('count = "1..4"', 'count = "5..2"', ["level 'unit': count:", "exceeds"]),
     ('count = "1..4"', 'count = "many"', ["level 'unit': count: expected a count"]),
@@ -513,6 +512,14 @@ def test_not_a_file(tmp_path: Path) -> None:
 
 # ------------------------------------------------------------------------------------------
 # Overrides
+
+
+def test_a_reservation_that_leaves_nothing_usable_loads() -> None:
+    """Capacity <= reserved is a what-if, not bad input: the capacity constraints then make
+    the request infeasible, with an explanation (tests/test_groups.py)."""
+    hw = load_hardware("upmem", ["wram.capacity=4"])
+    assert hw.memory("wram").usable == 4 - 2048
+    assert load_hardware("upmem", ["wram.capacity=0"]).memory("wram").capacity == 0
 
 
 def test_override_capacity() -> None:

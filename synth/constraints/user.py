@@ -1,0 +1,279 @@
+"""User control of the named constraint groups: `--constraint`, `--fix` and `--drop`.
+
+`--constraint EXPR` is one comparison of two integer expressions:
+
+    EXPR   := SUM OP SUM          OP one of  <=  >=  ==  <  >
+    SUM    := TERM (('+' | '-') TERM)*
+    TERM   := UNARY ('*' UNARY)*
+    UNARY  := '-' UNARY | ATOM
+    ATOM   := INTEGER | NAME | '(' SUM ')'
+
+A NAME is a variable of the schedule space (the counts `R`, `D`, `T`, `P`, factors such as
+`Q.y.i`, padded extents `ext.y.i`; names may contain `.` and `#`) or a hardware parameter
+(`wram.capacity`, `wram.reserved`, `wram.usable`, `wram.transfer.min|max|multiple|align`,
+`tasklet.count.min|max`), which stands for its value in the hardware model. Each
+constraint becomes the group `user.<k>` (k counts from 1 in the order given); each
+`--fix VAR=INT` the group `user.fix.VAR`.
+
+`--drop GROUP` removes a group, or every group under a prefix (`--drop capacity` drops
+`capacity.mram` and `capacity.wram`; `--drop user` drops all user groups). `implied`
+(redundant bounds, true of every schedule) and `tiling` (what defines the factors: the
+root factor of a dimension is its padded extent over the others) cannot be dropped.
+
+Unknown names, groups or malformed expressions raise `InputError` (exit 2) naming the
+closest valid names.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import re
+from collections.abc import Iterable, Mapping, Sequence
+
+from synth.constraints import expr as ex
+from synth.constraints.cost import Model
+from synth.constraints.space import ConstraintSet, NamedConstraint, var_name
+from synth.errors import InputError
+from synth.hardware import Hardware
+
+UNDROPPABLE = {
+    "implied": "its constraints are redundant bounds, true of every schedule",
+    "tiling": "it defines the factors (a dimension's outer factor is its padded extent "
+              "over the others, exactly: ragged tiles are not modelled)",
+}
+COMPARISONS = ("<=", ">=", "==", "<", ">")
+_TOKEN = re.compile(r"\s*(?:(?P<int>\d+)|(?P<name>[A-Za-z_][A-Za-z0-9_.#]*)"
+                    r"|(?P<op><=|>=|==|[-+*()<>]))")
+
+
+def closest(name: str, valid: Iterable[str], n: int = 5) -> list[str]:
+    return difflib.get_close_matches(name, sorted(set(valid)), n=n, cutoff=0.5)
+
+
+def unknown(kind: str, name: str, valid: Iterable[str], where: str) -> InputError:
+    """An error for an unknown name, with the closest valid ones (or some examples)."""
+    options = sorted(set(valid))
+    near = closest(name, options)
+    if near:
+        hint = "did you mean " + ", ".join(near) + "?"
+    else:
+        sample = ", ".join(options[:8]) + (", ..." if len(options) > 8 else "")
+        hint = f"valid {kind}s: {sample}"
+    return InputError(f"{where}: unknown {kind} {name!r}; {hint} "
+                      f"(synth solve ... --show-constraints lists them)")
+
+
+# ---------------------------------------------------------------- names
+
+
+def hardware_parameters(hw: Hardware) -> dict[str, int]:
+    """Hardware parameters usable in `--constraint`, with their values."""
+    params: dict[str, int] = {}
+    for mem in hw.memories:
+        params[f"{mem.name}.capacity"] = mem.capacity
+        params[f"{mem.name}.reserved"] = mem.reserved
+        params[f"{mem.name}.usable"] = mem.usable
+        rules = mem.rules
+        params[f"{mem.name}.transfer.min"] = rules.min_bytes
+        params[f"{mem.name}.transfer.multiple"] = rules.multiple
+        params[f"{mem.name}.transfer.align"] = rules.align
+        if rules.max_bytes is not None:
+            params[f"{mem.name}.transfer.max"] = rules.max_bytes
+    for level in hw.levels:
+        if level.symbol is not None:
+            params[f"{level.name}.count.min"] = level.count_min
+            params[f"{level.name}.count.max"] = level.count_max
+    return params
+
+
+def variable_names(cset: ConstraintSet) -> list[str]:
+    """Variables a user may name: the decisions and the definitions (hardware counts)."""
+    return [*cset.definitions, *cset.decisions]
+
+
+# ---------------------------------------------------------------- --constraint
+
+
+class _Parser:
+    def __init__(self, text: str, names: Mapping[str, ex.Int], where: str) -> None:
+        self.text = text
+        self.names = names
+        self.where = where
+        self.tokens: list[tuple[str, str, int]] = []  # (kind, text, column)
+        pos = 0
+        while pos < len(text):
+            if text[pos:].strip() == "":
+                break
+            match = _TOKEN.match(text, pos)
+            if match is None:
+                column = pos + len(text[pos:]) - len(text[pos:].lstrip()) + 1
+                raise self.error(f"unexpected character {text[column - 1]!r}", column)
+            kind = match.lastgroup or ""
+            self.tokens.append((kind, match.group(kind), match.start(kind) + 1))
+            pos = match.end()
+        self.index = 0
+
+    def error(self, message: str, column: int | None = None) -> InputError:
+        col = column if column is not None else (
+            self.tokens[self.index][2] if self.index < len(self.tokens) else len(self.text) + 1)
+        return InputError(f"{self.where}: {message} at column {col}\n  {self.text}\n  "
+                          + " " * (col - 1) + "^")
+
+    def peek(self) -> str | None:
+        return self.tokens[self.index][1] if self.index < len(self.tokens) else None
+
+    def take(self) -> tuple[str, str, int]:
+        token = self.tokens[self.index]
+        self.index += 1
+        return token
+
+    def condition(self) -> ex.Cmp:
+        lhs = self.sum()
+        op = self.peek()
+        if op not in COMPARISONS:
+            raise self.error("expected one comparison (<=, >=, ==, <, >)")
+        self.take()
+        rhs = self.sum()
+        if self.peek() is not None:
+            raise self.error("expected the end of the constraint (one comparison only)"
+                             if self.peek() in COMPARISONS else "unexpected token")
+        return ex.Cmp(lhs, op, rhs)
+
+    def sum(self) -> ex.Int:
+        total = self.product()
+        while self.peek() in ("+", "-"):
+            sign = self.take()[1]
+            term = self.product()
+            total = ex.add(total, term if sign == "+" else ex.mul(-1, term))
+        return total
+
+    def product(self) -> ex.Int:
+        result = self.unary()
+        while self.peek() == "*":
+            self.take()
+            result = ex.mul(result, self.unary())
+        return result
+
+    def unary(self) -> ex.Int:
+        if self.peek() == "-":
+            self.take()
+            return ex.mul(-1, self.unary())
+        return self.atom()
+
+    def atom(self) -> ex.Int:
+        if self.index >= len(self.tokens):
+            raise self.error("expected a number, a name or '('")
+        kind, text, column = self.take()
+        if kind == "int":
+            return ex.const(int(text))
+        if kind == "name":
+            if text not in self.names:
+                raise unknown("name", text, self.names, self.where)
+            return self.names[text]
+        if text == "(":
+            inner = self.sum()
+            if self.peek() != ")":
+                raise self.error("expected ')'")
+            self.take()
+            return inner
+        raise self.error(f"expected a number, a name or '(', got {text!r}", column)
+
+
+def _names(cset: ConstraintSet, hw: Hardware,
+           constants: Mapping[str, int]) -> dict[str, ex.Int]:
+    """Every name an expression may use, and the term it stands for."""
+    names: dict[str, ex.Int] = {k: ex.const(v) for k, v in hardware_parameters(hw).items()}
+    names.update({k: ex.const(v) for k, v in constants.items()})
+    names.update({k: ex.Var(k) for k in variable_names(cset)})
+    return names
+
+
+def parse_constraint(text: str, index: int, cset: ConstraintSet, hw: Hardware,
+                     constants: Mapping[str, int] | None = None) -> NamedConstraint:
+    """`--constraint "T >= 11"` as the group `user.<index>`.
+
+    `constants` names variables the model folded to a constant (a factor with one
+    candidate value); they may be used like any other variable."""
+    where = f"--constraint {text!r}"
+    cond = _Parser(text, _names(cset, hw, constants or {}), where).condition()
+    return NamedConstraint(f"user.{index}", text.strip(), cond)
+
+
+def parse_fix(text: str, cset: ConstraintSet,
+              constants: Mapping[str, int] | None = None) -> NamedConstraint:
+    """`--fix T=16` as the group `user.fix.T`: the variable equals the value."""
+    name, sep, value = (part.strip() for part in text.partition("="))
+    where = f"--fix {text}"
+    if not sep or not re.fullmatch(r"-?\d+", value) or not name:
+        raise InputError(f"{where}: expected VAR=INT, e.g. --fix T=16")
+    number = int(value)
+    valid = [*variable_names(cset), *(constants or {})]
+    if name not in valid:
+        raise unknown("variable", name, valid, where)
+    meaning = f"{name} = {number}"
+    candidates = cset.decisions.get(name) or (
+        (constants[name],) if constants and name in constants else None)
+    if candidates is not None and number not in candidates:
+        shown = ", ".join(map(str, candidates[:12])) + (", ..." if len(candidates) > 12 else "")
+        meaning += f" (not one of its candidate values: {shown})"
+    term: ex.Int = ex.const(constants[name]) if constants and name in constants \
+        else ex.Var(name)
+    return NamedConstraint(f"user.fix.{name}", meaning, ex.Cmp(term, "==", ex.const(number)))
+
+
+def folded_factors(model: Model) -> dict[str, int]:
+    """Factors the model folded to a constant (one candidate value), by variable name."""
+    out: dict[str, int] = {}
+    for (kernel, dim, index), term in model.factors.terms.items():
+        if isinstance(term, ex.Const):
+            out[var_name(model.slots[index].symbol, kernel, dim)] = term.value
+    return out
+
+
+def user_constraints(model: Model, constraints: Sequence[str],
+                     fixes: Sequence[str]) -> list[NamedConstraint]:
+    """The groups `user.<k>` and `user.fix.<VAR>` of a model's `--constraint`s and `--fix`es."""
+    cset, hw, constants = model.constraints, model.hw, folded_factors(model)
+    out = [parse_constraint(text, k, cset, hw, constants)
+           for k, text in enumerate(constraints, start=1)]
+    fixed: set[str] = set()
+    for text in fixes:
+        constraint = parse_fix(text, cset, constants)
+        if constraint.group in fixed:
+            raise InputError(f"--fix {text}: {constraint.group.removeprefix('user.fix.')} "
+                             "is fixed twice")
+        fixed.add(constraint.group)
+        out.append(constraint)
+    return out
+
+
+# ---------------------------------------------------------------- --drop
+
+
+def group_names(cset: ConstraintSet) -> list[str]:
+    """The groups of `cset` in first-appearance order."""
+    return list(dict.fromkeys(c.group for c in cset.constraints))
+
+
+def matches(group: str, pattern: str) -> bool:
+    """`pattern` names `group` itself or a prefix of it (`capacity` -> `capacity.wram`)."""
+    return group == pattern or group.startswith(pattern + ".")
+
+
+def drop_groups(cset: ConstraintSet, drops: Sequence[str]) -> ConstraintSet:
+    """`cset` without the constraints of the groups `drops` name (see module docstring)."""
+    if not drops:
+        return cset
+    groups = group_names(cset)
+    prefixes = {g.rsplit(".", k)[0] for g in groups for k in range(1, g.count(".") + 1)}
+    for pattern in drops:
+        where = f"--drop {pattern}"
+        for name, why in UNDROPPABLE.items():
+            if matches(name, pattern):
+                raise InputError(f"{where}: the group {name!r} cannot be dropped: {why}")
+        if not any(matches(g, pattern) for g in groups):
+            raise unknown("group", pattern, [*groups, *prefixes], where)
+    kept = tuple(c for c in cset.constraints
+                 if not any(matches(c.group, p) for p in drops))
+    return dataclasses.replace(cset, constraints=kept)
