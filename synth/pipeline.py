@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from synth.constraints import cpsat, exhaustive, explain, user
+from synth.constraints import cpsat, exhaustive, explain, user, z3backend
 from synth.constraints.cost import Model, build_model, evaluate_cost
 from synth.constraints.result import SolveResult, Status
 from synth.constraints.space import one_kernel_per_statement
@@ -36,7 +36,7 @@ from synth.lang import load_workload
 from synth.reference import compare, evaluate, make_inputs
 from synth.workload import Workload
 
-SOLVERS = ("cpsat", "exhaustive")
+SOLVERS = ("cpsat", "z3", "exhaustive")
 
 
 @dataclass(frozen=True)
@@ -123,6 +123,8 @@ def what_if(hw: Hardware, drops: Sequence[str]) -> Hardware:
 def solve(model: Model, solver: str, time_limit_s: float) -> SolveResult:
     if solver == "cpsat":
         return cpsat.solve(model.constraints, time_limit_s)
+    if solver == "z3":
+        return z3backend.solve(model.constraints, time_limit_s)
     if solver == "exhaustive":
         return exhaustive.solve(model.constraints, time_limit_s)
     raise InputError(f"unknown solver {solver!r}; expected one of {', '.join(SOLVERS)}")

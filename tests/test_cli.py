@@ -283,3 +283,15 @@ def test_module_entry_point_prints_only_json() -> None:
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
     assert data["status"] == "optimal" and data["validation"]["passed"] is True
+
+
+def test_z3_solver_reaches_the_cpsat_optimum_from_the_command_line() -> None:
+    args = ["solve", "matmul", "--hw", "cpu", "--set", "M=64", "--set", "N=32",
+            "--set", "K=128", "--json"]
+    cpsat_run = invoke(*args)
+    z3_run = invoke(*args, "--solver", "z3")
+    assert cpsat_run.exit_code == 0 and z3_run.exit_code == 0, z3_run.output
+    cp, z3 = json.loads(cpsat_run.stdout), json.loads(z3_run.stdout)
+    assert z3["solver"]["name"] == "z3" and z3["status"] == "optimal"
+    assert z3["solver"]["objective"] == cp["solver"]["objective"]
+    assert z3["validation"]["passed"] is True
