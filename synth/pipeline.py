@@ -1,6 +1,7 @@
 """The pipeline: one short list of named stages, each taking and returning plain data.
 
-    parse -> hardware -> encode -> solve -> materialise -> verify -> validate [-> binding]
+    parse -> hardware -> encode -> solve -> materialise -> verify -> prove -> validate
+                                                                           [-> binding]
                                      (infeasible: -> explain)
 
 `encode` adds the user's --constraint/--fix groups and removes --drop groups
@@ -30,6 +31,7 @@ from synth.hardware import Hardware, Memory
 from synth.hwfile import load_hardware
 from synth.ir.interpret import interpret
 from synth.ir.materialize import materialize
+from synth.ir.prove import Proof, prove
 from synth.ir.nodes import Program
 from synth.ir.verify import verify
 from synth.lang import load_workload
@@ -78,6 +80,7 @@ class Outcome:
     timings: Mapping[str, float]  # seconds per stage
     explanation: Sequence[explain.Conflict] | None = None  # infeasible: a minimal conflict
     group_status: Sequence[explain.GroupStatus] | None = None  # Request.binding: per group
+    proof: Proof | None = None  # z3: every access in bounds, every memory within capacity
 
 
 # ---------------------------------------------------------------- stages
@@ -183,14 +186,16 @@ def run(request: Request) -> Outcome:
     if result.env is None:
         return Outcome(workload, hw, model, result, None, None, None, timings)
     program = timed("materialise", materialize, model, result.env)
-    timed("verify", verify, program, workload, what_if(hw, request.drops))
+    checked_hw = what_if(hw, request.drops)
+    timed("verify", verify, program, workload, checked_hw)
+    proof = timed("prove", prove, program, workload, checked_hw)
     cost = evaluate_cost(model, dict(result.env))
     validation = (timed("validate", validate, program, workload, request.seed)
                   if request.validate else None)
     groups = (timed("binding", binding, model, result, request.time_limit_s)
               if request.binding else None)
     return Outcome(workload, hw, model, result, program, cost, validation, timings,
-                   group_status=groups)
+                   group_status=groups, proof=proof)
 
 
 def solved(outcome: Outcome) -> bool:

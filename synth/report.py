@@ -330,6 +330,7 @@ def to_json(outcome: Outcome) -> dict[str, Any]:
         "buffers": buffers(program),
         "cost": cost_json(outcome.cost),
         "validation": validation_json(outcome),
+        "verification": outcome.proof.to_json() if outcome.proof is not None else None,
         "explanation": explanation(outcome),
         "binding": binding(outcome),
         "constraint_groups": constraint_groups(outcome),
