@@ -1,4 +1,4 @@
-"""The `synth` command line: `synth solve` and `synth list` (DESIGN.md section 8).
+"""The `synth` command line: `synth solve`, `synth tune` and `synth list` (DESIGN.md section 8).
 
 The CLI only parses arguments, runs `synth.pipeline.run` and renders the outcome; the
 report's content comes from `synth.report`, so the human output and `--json` agree.
@@ -18,14 +18,16 @@ import sys
 import tomllib
 from collections.abc import Callable, Sequence
 from importlib import resources
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 from rich import box
 from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from synth import pipeline, report
+from synth import pipeline, report, tune
 from synth.constraints import user
 from synth.constraints.cost import Model
 from synth.constraints.explain import GroupStatus, group_infos
@@ -130,6 +132,8 @@ def outcome_exit_code(outcome: Outcome) -> int:
         return EXIT_TIMEOUT
     if outcome.validation is not None and not outcome.validation.passed:
         return EXIT_VALIDATION
+    if outcome.proof is not None and not outcome.proof.proved:
+        return EXIT_VALIDATION  # a schedule synth made that is not safe: a bug, reported
     return EXIT_OK
 
 
@@ -257,6 +261,19 @@ def groups_table(outcome: Outcome) -> Table:
     return table
 
 
+def proof_lines(outcome: Outcome) -> str:
+    """The z3 proof of bounds and capacities, or the refuted obligations with their
+    counterexamples."""
+    proof = outcome.proof
+    if proof is None:
+        return "symbolic verification (z3): not run"
+    if proof.proved:
+        return (f"symbolic verification (z3): proved {proof.checks} obligations (every access "
+                f"in bounds, every memory within capacity) "
+                f"({format_seconds(outcome.timings.get('prove', 0.0))})")
+    return f"symbolic verification (z3): {proof}"
+
+
 def validation_line(outcome: Outcome) -> str:
     v = outcome.validation
     if v is None:
@@ -297,6 +314,7 @@ def print_human(outcome: Outcome, request: Request) -> None:
     console.print(cost_table(outcome))
     if outcome.group_status is not None:
         console.print(groups_table(outcome))
+    console.print(proof_lines(outcome), markup=False, soft_wrap=True)
     console.print(validation_line(outcome), markup=False, soft_wrap=True)
 
 
@@ -400,6 +418,135 @@ def solve(
         if show_constraints:
             return show_constraints_of(request, as_json)
         return solve_request(request, as_json)
+
+    raise typer.Exit(guarded(action))
+
+
+# ---------------------------------------------------------------- synth tune
+
+
+def tune_table(base: Request, axes: Sequence[tune.Axis],
+               results: Sequence[tune.VariantResult]) -> Table:
+    """One row per variant: its settings, status, modelled cost (and how far from the
+    best variant), solve time, and the binding groups (infeasible: the conflicting ones)."""
+    first = next((r.outcome for r in results if r.outcome is not None), None)
+    name = first.workload.name if first else base.workload
+    hw = first.hardware.name if first else base.hardware
+    table = Table(title=f"Variants of {name} on {hw}", box=box.SIMPLE_HEAD,
+                  title_justify="left", collapse_padding=True, pad_edge=False)
+    table.add_column("#", justify="right", no_wrap=True)
+    for axis in axes:
+        table.add_column(axis.label, justify="right", overflow="fold")
+    table.add_column("status", no_wrap=True)
+    table.add_column("cost", justify="right", no_wrap=True)
+    table.add_column("vs best", justify="right", no_wrap=True)
+    table.add_column("solve", justify="right", no_wrap=True)
+    validating = any(r.outcome is not None and r.outcome.validation is not None
+                     for r in results)
+    if validating:
+        table.add_column("valid", no_wrap=True)
+    table.add_column("binding groups", overflow="fold")
+    best = tune.best_cost(results)
+    for result in results:
+        outcome = result.outcome
+        cost = tune.cost_ps(result)
+        cells = [str(result.variant.index), *(value for _, value in result.variant.settings),
+                 tune.status(result),
+                 format_seconds(cost / report.PS_PER_S) if cost is not None else "-",
+                 f"{cost / best - 1:+.1%}" if cost is not None and best else "-",
+                 format_seconds(outcome.result.wall_s) if outcome else "-"]
+        if validating:
+            validation = outcome.validation if outcome else None
+            cells.append("-" if validation is None else "yes" if validation.passed else "NO")
+        binding, conflict = tune.binding_groups(result), tune.conflict_groups(result)
+        if result.error is not None:
+            cells.append(f"error: {result.error}")
+        elif conflict is not None:
+            cells.append("conflict: " + (", ".join(conflict) or "(every candidate)"))
+        elif binding is not None:
+            cells.append(", ".join(binding) or "none")
+        else:
+            cells.append("-")
+        table.add_row(*cells)
+    return table
+
+
+def run_tune(base: Request, vary: Sequence[str], as_json: bool, csv_path: Path | None) -> int:
+    axes = tune.parse_axes(vary, base)
+    variants = tune.make_variants(base, axes)  # bad input stops here, before any solve
+    # the bar goes where it cannot corrupt the output: stdout for the table, stderr for
+    # --json; and only to a terminal (Progress is transient: the table replaces it)
+    console = Console(stderr=True) if as_json else make_console()
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=console, transient=True,
+                  disable=not console.is_terminal) as progress:
+        task = progress.add_task("tuning", total=len(variants))
+
+        def done(result: tune.VariantResult) -> None:
+            progress.update(task, advance=1, description=f"tuning ({result.variant.describe()}"
+                            f": {tune.status(result)})")
+
+        results = tune.run_all(variants, done)
+    if csv_path is not None:
+        tune.write_csv(csv_path, axes, results)
+    if as_json:
+        data = tune.to_json(base, axes, results)
+        sys.stdout.write(json.dumps(data, indent=2, allow_nan=False) + "\n")
+    else:
+        make_console().print(tune_table(base, axes, results))
+    return tune.exit_code(results)
+
+
+@app.command("tune")
+def tune_command(
+    workload: Annotated[str, typer.Argument(
+        metavar="WORKLOAD", help="A built-in workload name (see `synth list`) or a .syn file.")],
+    hw: Annotated[str, typer.Option(
+        "--hw", help="A built-in hardware model name or a .toml file.")],
+    vary: Annotated[list[str] | None, typer.Option(
+        "--vary", metavar="KEY=V1,V2,...",
+        help="Solve once per value (repeatable; variants are the product of all --vary). "
+             "KEY: a hardware key (wram.capacity, hw:KEY) or a variable (T, fix:VAR) "
+             "fixed to each value; drop:GROUP with on (dropped) / off (kept); set:NAME, "
+             "a problem size.")] = None,
+    sizes: Annotated[list[str] | None, typer.Option(
+        "--set", metavar="NAME=INT", help="Override a problem size for every variant.")] = None,
+    hw_set: Annotated[list[str] | None, typer.Option(
+        "--hw-set", metavar="KEY=VALUE",
+        help="Override a hardware parameter for every variant.")] = None,
+    constraint: Annotated[list[str] | None, typer.Option(
+        "--constraint", metavar="EXPR", help="Add a constraint to every variant.")] = None,
+    fix: Annotated[list[str] | None, typer.Option(
+        "--fix", metavar="VAR=INT", help="Fix a variable in every variant.")] = None,
+    drop: Annotated[list[str] | None, typer.Option(
+        "--drop", metavar="GROUP", help="Drop a constraint group in every variant.")] = None,
+    solver: Annotated[str, typer.Option(
+        help=f"Solver backend: {' | '.join(SOLVERS)}.")] = "cpsat",
+    time_limit: Annotated[float, typer.Option(
+        "--time-limit", metavar="SEC", help="Solver time limit per variant, in seconds.")
+    ] = 30.0,
+    validate: Annotated[bool, typer.Option(
+        "--validate/--no-validate",
+        help="Run each variant's loop nest against NumPy (off by default: it costs more "
+             "than the solve at large sizes, and the verifier still checks every "
+             "schedule).")] = False,
+    as_json: Annotated[bool, typer.Option(
+        "--json", help="Print one JSON object {workload, hardware, vary, variants} to "
+                       "stdout and nothing else.")] = False,
+    csv_path: Annotated[Path | None, typer.Option(
+        "--csv", metavar="PATH", help="Also write one CSV row per variant to PATH.")] = None,
+) -> None:
+    """Solve WORKLOAD once per variant of the request and compare the variants.
+
+    Exit codes: 0 every variant ran (whatever its status), 2 bad input (checked before
+    any solve); with --validate, 4 when a variant's validation failed.
+    """
+    def action() -> int:
+        base = Request(workload, hw, parse_size_settings(sizes or []), tuple(hw_set or []),
+                       check_solver(solver), check_time_limit(time_limit),
+                       validate=validate, constraints=tuple(constraint or []),
+                       fixes=tuple(fix or []), drops=tuple(drop or []), binding=True)
+        return run_tune(base, vary or [], as_json, csv_path)
 
     raise typer.Exit(guarded(action))
 

@@ -31,8 +31,8 @@ from synth.hardware import Hardware, Memory
 from synth.hwfile import load_hardware
 from synth.ir.interpret import interpret
 from synth.ir.materialize import materialize
-from synth.ir.prove import Proof, prove
 from synth.ir.nodes import Program
+from synth.ir.prove import Proof, prove
 from synth.ir.verify import verify
 from synth.lang import load_workload
 from synth.reference import compare, evaluate, make_inputs

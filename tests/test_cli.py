@@ -295,3 +295,19 @@ def test_z3_solver_reaches_the_cpsat_optimum_from_the_command_line() -> None:
     assert z3["solver"]["name"] == "z3" and z3["status"] == "optimal"
     assert z3["solver"]["objective"] == cp["solver"]["objective"]
     assert z3["validation"]["passed"] is True
+
+
+def test_a_refuted_proof_exits_4_with_its_counterexample(monkeypatch: pytest.MonkeyPatch
+                                                         ) -> None:
+    from synth.ir import prove as prove_module
+
+    refuted = prove_module.Proof(proved=False, checks=1, failures=(prove_module.Failure(
+        kind="bounds", kernel="y", where="load x_wram <- x_mram", message="index 64 outside",
+        counterexample={"t_i": 15}),))
+    proved = invoke("solve", "softmax", "--hw", "upmem", "--set", "N=4096", "--no-validate")
+    assert proved.exit_code == 0
+    assert "symbolic verification (z3): proved" in proved.stdout
+    monkeypatch.setattr("synth.pipeline.prove", lambda *args: refuted)
+    result = invoke("solve", "softmax", "--hw", "upmem", "--set", "N=4096", "--no-validate")
+    assert result.exit_code == 4
+    assert "t_i=15" in result.stdout

@@ -362,13 +362,16 @@ def _solve_part(cset: ConstraintSet, time_limit_s: float) -> SolveResult:
     except Unsupported as err:
         return SolveResult("z3", Status.TIMEOUT, time.perf_counter() - start,
                            stats={"unsupported": str(err)})
-    solver = z3.Solver()
+    # a fresh context per part: z3's global context keeps terms between solves, and the
+    # search (hence which of several equally good schedules comes back) depends on them
+    ctx = z3.Context()
+    solver = z3.Solver(ctx=ctx)
     solver.set("random_seed", SEED)
     solver.from_string("\n".join(lowering.lines))
     stats: dict[str, int | float | str] = {
         "booleans": lowering.count, "clauses": lowering.clauses, "checks": 0}
-    obj = z3.Int("obj")
-    literals = {name: [(z3.Bool(lit) if lit != TRUE else z3.BoolVal(True), v)
+    obj = z3.Int("obj", ctx)
+    literals = {name: [(z3.Bool(lit, ctx) if lit != TRUE else z3.BoolVal(True, ctx), v)
                        for lit, v in hot] for name, hot in lowering.decisions.items()}
 
     def check() -> z3.CheckSatResult:

@@ -78,10 +78,10 @@ class Proof:
             return f"proved: {self.checks} obligations (bounds, capacity) hold"
         lines = [f"refuted: {len(self.failures)} of {self.checks} obligations fail"]
         for f in self.failures:
+            place = f"kernel {f.kernel}: {f.where}" if f.kind == "bounds" else f.where
             values = ", ".join(f"{k}={v}" for k, v in f.counterexample.items())
-            lines.append(f"  {f.kind}: kernel {f.kernel}: {f.where}: {f.message}"
-                         if f.kind == "bounds" else f"  {f.kind}: {f.where}: {f.message}"
-                         + (f" [at {values}]" if values else ""))
+            at = f" [at {values}]" if values and f"[at {values}]" not in f.message else ""
+            lines.append(f"  {f.kind}: {place}: {f.message}{at}")
         return "\n".join(lines)
 
 

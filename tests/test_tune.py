@@ -1,0 +1,224 @@
+"""`synth tune`: variants as the product of --vary axes, their rows, JSON, CSV and errors.
+
+Softmax at N=4096 on UPMEM solves in tens of milliseconds per variant (plus one re-solve
+per droppable group for the binding analysis), so the whole file stays well under 30 s.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rich.console import Console
+from typer.testing import CliRunner
+
+import synth.cli
+import synth.pipeline
+from synth.cli import app
+
+TUNE = ["tune", "softmax", "--hw", "upmem", "--set", "N=4096"]
+WRAM_BY_DROP = ["--vary", "wram.capacity=4KiB,64KiB", "--vary", "drop:capacity.wram=on,off"]
+
+
+def invoke(*args: str) -> Any:
+    return CliRunner().invoke(app, list(args))
+
+
+@pytest.fixture(scope="module")
+def tuned(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], list[list[str]]]:
+    """One tune, written as JSON (stdout) and CSV (a file) at once."""
+    path = tmp_path_factory.mktemp("tune") / "variants.csv"
+    result = invoke(*TUNE, *WRAM_BY_DROP, "--json", "--csv", str(path))
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)  # the whole of stdout is one object
+    with path.open(newline="", encoding="utf-8") as handle:
+        rows = list(csv.reader(handle))
+    return data, rows
+
+
+def by_settings(data: dict[str, Any]) -> dict[tuple[str, str], dict[str, Any]]:
+    return {(v["settings"]["wram.capacity"], v["settings"]["drop:capacity.wram"]): v
+            for v in data["variants"]}
+
+
+@pytest.fixture
+def no_solving(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Bad input must be reported before any variant runs."""
+    def refuse(request: Any) -> Any:
+        raise AssertionError(f"a variant ran: {request}")
+
+    monkeypatch.setattr(synth.pipeline, "run", refuse)
+
+
+# ---------------------------------------------------------------- the variants
+
+
+def test_json_has_one_row_per_variant_in_product_order(
+        tuned: tuple[dict[str, Any], list[list[str]]]) -> None:
+    data, _ = tuned
+    assert data["workload"] == "softmax" and data["hardware"] == "upmem"
+    assert data["vary"]["wram.capacity"] == {"kind": "hw", "key": "wram.capacity",
+                                             "values": ["4KiB", "64KiB"]}
+    assert data["vary"]["drop:capacity.wram"]["kind"] == "drop"
+    settings = [tuple(v["settings"].values()) for v in data["variants"]]
+    assert settings == [("4KiB", "on"), ("4KiB", "off"), ("64KiB", "on"), ("64KiB", "off")]
+    for index, variant in enumerate(data["variants"], start=1):
+        assert variant["index"] == index
+        assert variant["sizes"] == {"N": 4096}
+        assert variant["status"] == "optimal"
+        assert variant["gap"] == 0
+        assert variant["cost_s"] == pytest.approx(variant["objective_ps"] / 1e12)
+        assert 0 < variant["solve_s"] <= variant["wall_s"]
+        assert isinstance(variant["binding"], list)
+        assert variant["conflict"] is None and variant["error"] is None
+        assert variant["validation"] is None  # tune does not validate unless asked
+        assert variant["variables"]["T"] >= 1
+
+
+def test_costs_are_ordered_and_the_small_wram_binds(
+        tuned: tuple[dict[str, Any], list[list[str]]]) -> None:
+    rows = by_settings(tuned[0])
+    for drop in ("on", "off"):  # a smaller WRAM is never cheaper
+        assert rows["4KiB", drop]["objective_ps"] >= rows["64KiB", drop]["objective_ps"]
+    for wram in ("4KiB", "64KiB"):  # dropping a group is never more expensive
+        assert rows[wram, "on"]["objective_ps"] <= rows[wram, "off"]["objective_ps"]
+    # 4 KiB (2 KiB usable) shapes the optimum; without the rule, WRAM size is irrelevant
+    assert rows["4KiB", "off"]["objective_ps"] > rows["64KiB", "off"]["objective_ps"]
+    assert "capacity.wram" in rows["4KiB", "off"]["binding"]
+    assert "capacity.wram" not in rows["64KiB", "off"]["binding"]
+    assert rows["4KiB", "on"]["objective_ps"] == rows["64KiB", "on"]["objective_ps"]
+
+
+def test_csv_has_one_row_per_variant(tuned: tuple[dict[str, Any], list[list[str]]]) -> None:
+    data, rows = tuned
+    header, body = rows[0], rows[1:]
+    assert header[:4] == ["index", "wram.capacity", "drop:capacity.wram", "status"]
+    assert {"objective_ps", "cost_s", "solve_s", "binding", "conflict"} <= set(header)
+    assert len(body) == len(data["variants"]) == 4
+    for line, variant in zip(body, data["variants"], strict=True):
+        cell = dict(zip(header, line, strict=True))
+        assert cell["index"] == str(variant["index"])
+        assert cell["wram.capacity"] == variant["settings"]["wram.capacity"]
+        assert cell["status"] == variant["status"]
+        assert int(cell["objective_ps"]) == variant["objective_ps"]
+        assert cell["binding"] == " ".join(variant["binding"])
+        assert cell["conflict"] == "" and cell["error"] == ""
+
+
+def test_infeasible_variant_is_a_row_with_its_conflict() -> None:
+    result = invoke(*TUNE, "--vary", "wram.capacity=2056B",  # 8 usable bytes
+                    "--vary", "drop:capacity.wram=off,on", "--json")
+    assert result.exit_code == 0, result.output  # every variant ran
+    kept, dropped = json.loads(result.stdout)["variants"]
+    assert kept["status"] == "infeasible"
+    assert kept["conflict"] == ["capacity.wram"]
+    assert kept["objective_ps"] is None and kept["cost_s"] is None
+    assert kept["binding"] is None and kept["variables"] is None
+    assert dropped["status"] == "optimal" and dropped["conflict"] is None
+
+
+def test_fixing_a_bare_variable_changes_the_schedule() -> None:
+    result = invoke(*TUNE, "--vary", "T=1,16", "--json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["vary"]["T"]["kind"] == "fix"
+    one, sixteen = data["variants"]
+    assert (one["variables"]["T"], sixteen["variables"]["T"]) == (1, 16)
+    assert one["objective_ps"] > sixteen["objective_ps"]  # one tasklet cannot hide latency
+
+
+# ---------------------------------------------------------------- human output
+
+
+def test_human_table(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "120")
+    result = invoke(*TUNE, "--vary", "wram.capacity=4KiB,64KiB")
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    assert "Variants of softmax on upmem" in out
+    for word in ("wram.capacity", "status", "cost", "solve", "binding groups"):
+        assert word in out
+    lines = [line for line in out.splitlines() if line.strip().startswith(("1 ", "2 "))]
+    assert len(lines) == 2
+    assert "4KiB" in lines[0] and "capacity.wram" in lines[0]
+    assert "64KiB" in lines[1] and "+0.0%" in lines[1]
+    assert "━" not in out and "tuning" not in out  # no progress bar off a terminal
+
+
+def test_progress_bar_on_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
+    screen = io.StringIO()
+    monkeypatch.setattr(synth.cli, "make_console",
+                        lambda: Console(file=screen, force_terminal=True, width=120))
+    result = invoke(*TUNE, "--vary", "T=8,16")
+    assert result.exit_code == 0, result.output
+    assert "tuning" in screen.getvalue()  # the bar was drawn (then replaced by the table)
+    assert "Variants of softmax on upmem" in screen.getvalue()
+
+
+# ---------------------------------------------------------------- bad input: exit 2, nothing run
+
+
+@pytest.mark.usefixtures("no_solving")
+@pytest.mark.parametrize(("vary", "message"), [
+    ("wram.capacty=32KiB", "did you mean wram.capacity"),
+    ("N=1024", "did you mean set:N?"),
+    ("TT=1,2", "did you mean T"),
+    ("fix:Q.y.j=1", "did you mean Q.y.i"),
+    ("drop:capacity.wramm=on", "did you mean capacity.wram"),
+    ("drop:tiling=on", "cannot be dropped"),
+    ("drop:capacity.wram=yes", "expected on (group dropped) or off (group kept)"),
+    ("set:M=64", "unknown size 'M'"),
+    ("set:N=0", "must be a positive integer"),
+    ("T=8,8", "given twice"),
+    ("wram.capacity", "expected KEY=V1,V2,..."),
+    ("size:N=4", "unknown prefix"),
+])
+def test_bad_vary_exits_2_before_running(vary: str, message: str) -> None:
+    result = invoke(*TUNE, "--vary", vary)
+    assert result.exit_code == 2, result.output
+    assert result.stderr.startswith(f"error: --vary {vary}")
+    assert message in result.stderr
+    assert result.stdout == ""
+
+
+@pytest.mark.usefixtures("no_solving")
+def test_a_bad_value_in_the_last_variant_stops_the_tune_before_the_first() -> None:
+    result = invoke(*TUNE, "--vary", "wram.capacity=64KiB,12furlongs", "--json")
+    assert result.exit_code == 2
+    assert "variant 2 (wram.capacity=12furlongs)" in result.stderr
+    assert "expected a size like '64KiB'" in result.stderr
+    assert result.stdout == ""
+
+
+@pytest.mark.usefixtures("no_solving")
+@pytest.mark.parametrize("args", [
+    ["--vary", "set:N=1024,2048"],  # --set N is a base setting
+    ["--hw-set", "wram.capacity=32KiB", "--vary", "wram.capacity=4KiB"],
+    ["--fix", "T=8", "--vary", "fix:T=16"],
+    ["--drop", "capacity", "--vary", "drop:capacity.wram=on,off"],
+    ["--vary", "T=8", "--vary", "fix:T=16"],  # the same key twice
+])
+def test_a_key_is_varied_once_and_not_also_a_base_setting(args: list[str]) -> None:
+    result = invoke(*TUNE, *args)
+    assert result.exit_code == 2, result.output
+    assert "varied" in result.stderr
+
+
+@pytest.mark.usefixtures("no_solving")
+def test_tune_needs_a_vary() -> None:
+    result = invoke(*TUNE)
+    assert result.exit_code == 2
+    assert "at least one --vary" in result.stderr
+
+
+def test_csv_path_is_written_with_the_table(tmp_path: Path) -> None:
+    path = tmp_path / "out.csv"
+    result = invoke(*TUNE, "--vary", "T=16", "--csv", str(path))
+    assert result.exit_code == 0, result.output
+    assert "Variants of softmax" in result.stdout
+    header, row = list(csv.reader(path.open(newline="", encoding="utf-8")))
+    assert header[:3] == ["index", "T", "status"] and row[:3] == ["1", "16", "optimal"]
