@@ -385,6 +385,17 @@ def _named_entries(tree: Mapping[str, Any], kind: str) -> list[tuple[int, str]]:
             if isinstance(e, dict) and isinstance(e.get("name"), str)]
 
 
+def override_keys(ref: str) -> list[str]:
+    """The keys `--hw-set` accepts for the hardware model `ref` (built-in name or path);
+    empty when the file is not valid TOML (loading it reports why)."""
+    text, _, _ = _read_model(ref)
+    try:
+        tree = tomllib.loads(text)
+    except tomllib.TOMLDecodeError:
+        return []
+    return list(_override_keys(tree))
+
+
 def _override_keys(tree: Mapping[str, Any]) -> dict[str, list[tuple[str | int, ...]]]:
     """Every key `--hw-set` accepts for this model, mapped to its path(s) in the TOML tree.
 

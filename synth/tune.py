@@ -30,7 +30,6 @@ import csv
 import dataclasses
 import itertools
 import time
-import tomllib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,7 +39,7 @@ from synth import pipeline, report
 from synth.constraints import user
 from synth.constraints.result import Status
 from synth.errors import InputError, SynthError
-from synth.hwfile import _override_keys, _read_model
+from synth.hwfile import override_keys
 from synth.pipeline import Outcome, Request
 
 KINDS = ("hw", "fix", "drop", "set")
@@ -103,12 +102,7 @@ def split_vary(text: str) -> tuple[str, str, str, tuple[str, ...]]:
 
 def hardware_keys(hw: str) -> list[str]:
     """The keys `--hw-set` accepts for a hardware model (the same list hwfile checks)."""
-    text, _, _ = _read_model(hw)
-    try:
-        tree = tomllib.loads(text)
-    except tomllib.TOMLDecodeError:
-        return []  # load_hardware reports the broken file itself
-    return list(_override_keys(tree))
+    return override_keys(hw)
 
 
 @dataclass(frozen=True)
