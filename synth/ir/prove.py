@@ -38,13 +38,12 @@ from synth.ir.nodes import (
     Kernel,
     Load,
     Loop,
-    LoopKind,
     LoopVar,
     Node,
     Program,
     Store,
 )
-from synth.ir.verify import buffer_bytes
+from synth.ir.verify import buffer_bytes, instance_copies
 from synth.workload import Workload, accesses
 
 TIMEOUT_MS = 10_000  # per obligation; these are small linear problems over boxes
@@ -269,16 +268,10 @@ class _Prover:
     def _account(self, buf: BufferDecl, scope: _Scope) -> None:
         if buf.memory == self.hw.root_memory.name:
             return
-        mem = self.hw.memory(buf.memory)
-        instance = self.hw.level_index(mem.instance_level)
-        copies = 1
-        for var in scope.loops:
-            if var.kind is LoopKind.PARALLEL and self.hw.level_index(var.where) > instance:
-                copies *= var.extent
-        for name in buf.partial_loops:
-            copies *= self.extents.get(name, 1)
+        copies = instance_copies(buf, scope.loops, self.hw,
+                                 lambda loop: self.extents.get(loop, 1))
         self.usage.setdefault(buf.memory, []).append(
-            (buf.name, copies, buffer_bytes(buf, mem)))
+            (buf.name, copies, buffer_bytes(buf, self.hw.memory(buf.memory))))
 
     def _capacity(self, kernel: Kernel, memory: str, tiles: list[tuple[str, int, int]]
                   ) -> None:

@@ -13,7 +13,7 @@ the IR itself, so a bug in the constraints shows up here as a rejected loop nest
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from synth.errors import IRError
@@ -183,17 +183,25 @@ class KernelCheck:
     def _account(self, buf: BufferDecl, scope: _Scope) -> None:
         if buf.memory == self.hw.root_memory.name:
             return
-        mem = self.hw.memory(buf.memory)
-        instance = self.hw.level_index(mem.instance_level)
-        copies = 1
-        for var in scope.loops:
-            if var.kind is LoopKind.PARALLEL and self.hw.level_index(var.where) > instance:
-                copies *= var.extent
-        partials = 1
-        for name in buf.partial_loops:
-            partials *= _extent_of(self.kernel, name)
-        self.usage[buf.memory] = self.usage.get(buf.memory, 0) + copies * partials * \
-            buffer_bytes(buf, mem)
+        copies = instance_copies(buf, scope.loops, self.hw,
+                                 lambda loop: _extent_of(self.kernel, loop))
+        self.usage[buf.memory] = self.usage.get(buf.memory, 0) + copies * \
+            buffer_bytes(buf, self.hw.memory(buf.memory))
+
+
+def instance_copies(buf: BufferDecl, loops: Sequence[LoopVar], hw: Hardware,
+                    extent: Callable[[str], int]) -> int:
+    """Tiles of `buf` one memory instance holds: one per unit of the parallel loops
+    around it that lie inside the memory's instance level (tasklets sharing a DPU's
+    WRAM each have theirs), times its partial results."""
+    instance = hw.level_index(hw.memory(buf.memory).instance_level)
+    copies = 1
+    for var in loops:
+        if var.kind is LoopKind.PARALLEL and hw.level_index(var.where) > instance:
+            copies *= var.extent
+    for name in buf.partial_loops:
+        copies *= extent(name)
+    return copies
 
 
 def buffer_bytes(buf: BufferDecl, mem: Memory) -> int:
