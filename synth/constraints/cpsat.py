@@ -15,7 +15,7 @@ from typing import Any
 from ortools.sat.python import cp_model
 
 from synth.constraints import expr as ex
-from synth.constraints.decompose import components
+from synth.constraints.decompose import solve_by_parts
 from synth.constraints.result import SolveResult, Status
 from synth.constraints.space import ConstraintSet
 
@@ -192,26 +192,8 @@ def solve(cset: ConstraintSet, time_limit_s: float = 30.0, workers: int = 1) -> 
 
     Independent parts are solved one by one (see `decompose`); one worker and a fixed
     seed make the result deterministic."""
-    start = time.perf_counter()
-    parts = components(cset)
-    decisions: dict[str, int] = {}
-    objective = bound = 0
-    statuses = []
-    stats: dict[str, int] = {"components": len(parts), "branches": 0, "conflicts": 0}
-    for part in parts:
-        remaining = max(0.01, time_limit_s - (time.perf_counter() - start))
-        result = _solve_part(part, remaining, workers)
-        statuses.append(result.status)
-        for key in ("branches", "conflicts"):
-            stats[key] += int(result.stats.get(key, 0))
-        if result.env is None:
-            return SolveResult("cpsat", result.status, time.perf_counter() - start, stats=stats)
-        decisions.update({n: result.env[n] for n in part.decisions})
-        objective += result.objective or 0
-        bound += result.bound or 0
-    status = Status.OPTIMAL if all(s is Status.OPTIMAL for s in statuses) else Status.FEASIBLE
-    env = cset.complete(decisions)
-    return SolveResult("cpsat", status, time.perf_counter() - start, env, objective, bound, stats)
+    return solve_by_parts(cset, time_limit_s, "cpsat",
+                          lambda part, limit: _solve_part(part, limit, workers))
 
 
 def _solve_part(cset: ConstraintSet, time_limit_s: float, workers: int) -> SolveResult:

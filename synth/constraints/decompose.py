@@ -8,9 +8,11 @@ it keeps the search of a many-kernel program the sum, not the product, of its ke
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 
 from synth.constraints import expr as ex
+from synth.constraints.result import SolveResult, Status
 from synth.constraints.space import ConstraintSet, NamedConstraint
 
 
@@ -91,3 +93,33 @@ def inline_definitions(cset: ConstraintSet) -> ConstraintSet:
                         for c in cset.constraints)
     objective = ex.substitute(cset.objective, terms)
     return ConstraintSet(cset.decisions, {}, constraints, objective, groups=cset.groups)  # type: ignore[arg-type]
+
+
+def solve_by_parts(cset: ConstraintSet, time_limit_s: float, solver: str,
+                   solve_part: Callable[[ConstraintSet, float], SolveResult]) -> SolveResult:
+    """Minimise `cset` one independent part at a time and add the results up: the
+    objective and bound are sums, the status the weakest, integer stats are summed.
+    Each part gets what is left of the time limit (at least 10 ms)."""
+    start = time.perf_counter()
+    parts = components(cset)
+    decisions: dict[str, int] = {}
+    objective = bound = 0
+    proven = True
+    stats: dict[str, int | float | str] = {"components": len(parts)}
+    for part in parts:
+        remaining = max(0.01, time_limit_s - (time.perf_counter() - start))
+        result = solve_part(part, remaining)
+        for key, value in result.stats.items():
+            if isinstance(value, int) and isinstance(stats.get(key, 0), int):
+                stats[key] = int(stats.get(key, 0)) + value
+            else:
+                stats.setdefault(key, value)
+        if result.env is None:
+            return SolveResult(solver, result.status, time.perf_counter() - start, stats=stats)
+        decisions.update({n: result.env[n] for n in part.decisions})
+        objective += result.objective or 0
+        bound += result.bound or 0
+        proven = proven and result.status is Status.OPTIMAL
+    status = Status.OPTIMAL if proven else Status.FEASIBLE
+    return SolveResult(solver, status, time.perf_counter() - start,
+                       cset.complete(decisions), objective, bound, stats)

@@ -52,7 +52,7 @@ from collections.abc import Callable, Sequence
 import z3
 
 from synth.constraints import expr as ex
-from synth.constraints.decompose import components
+from synth.constraints.decompose import solve_by_parts
 from synth.constraints.result import SolveResult, Status
 from synth.constraints.space import ConstraintSet
 
@@ -319,32 +319,9 @@ def solve(cset: ConstraintSet, time_limit_s: float = 30.0) -> SolveResult:
     """Minimise the objective of `cset`: status, solution and proven bound.
 
     Independent parts are solved one by one (see `decompose`)."""
-    start = time.perf_counter()
     z3.set_param("smt.random_seed", SEED)
     z3.set_param("sat.random_seed", SEED)
-    parts = components(cset)
-    decisions: dict[str, int] = {}
-    objective = bound = 0
-    statuses = []
-    stats: dict[str, int | float | str] = {"components": len(parts), "checks": 0,
-                                           "booleans": 0, "clauses": 0}
-    for part in parts:
-        remaining = max(0.01, time_limit_s - (time.perf_counter() - start))
-        result = _solve_part(part, remaining)
-        statuses.append(result.status)
-        for key, value in result.stats.items():
-            if isinstance(value, int) and key in stats:
-                stats[key] = int(stats[key]) + value
-            elif key not in stats:
-                stats[key] = value
-        if result.env is None:
-            return SolveResult("z3", result.status, time.perf_counter() - start, stats=stats)
-        decisions.update({n: result.env[n] for n in part.decisions})
-        objective += result.objective or 0
-        bound += result.bound or 0
-    status = Status.OPTIMAL if all(s is Status.OPTIMAL for s in statuses) else Status.FEASIBLE
-    env = cset.complete(decisions)
-    return SolveResult("z3", status, time.perf_counter() - start, env, objective, bound, stats)
+    return solve_by_parts(cset, time_limit_s, "z3", _solve_part)
 
 
 def _solve_part(cset: ConstraintSet, time_limit_s: float) -> SolveResult:
