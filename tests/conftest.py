@@ -160,3 +160,17 @@ def count_nodes(program: Program, kind: type, kernel: str | None = None) -> int:
 def parallel_loops(program: Program) -> list[Loop]:
     return [node for k in program.kernels for node in walk(k.body)
             if isinstance(node, Loop) and node.var.kind is LoopKind.PARALLEL]
+
+
+# small problems the brute-force enumerator finishes: the ground truth for every solver
+EXHAUSTIVE_CASES = [
+    Case.of("softmax", "upmem", {"N": 16}, SMALL_UPMEM),
+    Case.of("softmax", "upmem", {"N": 24}, SMALL_UPMEM),
+    Case.of("softmax", "cpu", {"N": 17}, TWO_CORES),  # prime
+    Case.of("red", "upmem", {"N": 13}, SMALL_UPMEM),  # split reduction, padded
+    Case.of("va", "upmem", {"N": 20}, SMALL_UPMEM),
+    Case.of("mv", "upmem", {"M": 8, "N": 8}, SMALL_UPMEM),
+    Case.of("mv", "cpu", {"M": 8, "N": 12}, TWO_CORES),
+    Case.of("matmul", "cpu", {"M": 4, "N": 4, "K": 4}, TWO_CORES),
+    Case.of("attention", "cpu", {"S": 4, "D": 4}, TWO_CORES),
+]

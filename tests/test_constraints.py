@@ -9,6 +9,7 @@ import re
 
 import pytest
 from conftest import (
+    EXHAUSTIVE_CASES,
     SMALL_UPMEM,
     TWO_CORES,
     Case,
@@ -170,17 +171,6 @@ def test_cost_model_counts_the_transfers_the_loop_nest_makes(case: Case) -> None
 
 # ---------------------------------------------------------------- exhaustive == CP-SAT
 
-EXHAUSTIVE_CASES = [
-    Case.of("softmax", "upmem", {"N": 16}, SMALL_UPMEM),
-    Case.of("softmax", "upmem", {"N": 24}, SMALL_UPMEM),
-    Case.of("softmax", "cpu", {"N": 17}, TWO_CORES),  # prime
-    Case.of("red", "upmem", {"N": 13}, SMALL_UPMEM),  # split reduction, padded
-    Case.of("va", "upmem", {"N": 20}, SMALL_UPMEM),
-    Case.of("mv", "upmem", {"M": 8, "N": 8}, SMALL_UPMEM),
-    Case.of("mv", "cpu", {"M": 8, "N": 12}, TWO_CORES),
-    Case.of("matmul", "cpu", {"M": 4, "N": 4, "K": 4}, TWO_CORES),
-    Case.of("attention", "cpu", {"S": 4, "D": 4}, TWO_CORES),
-]
 
 
 @pytest.mark.parametrize("case", EXHAUSTIVE_CASES, ids=lambda c: c.id)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import functools
 
 import pytest
-from conftest import SMALL_UPMEM, TWO_CORES, Case, build, optimum
+from conftest import EXHAUSTIVE_CASES, SMALL_UPMEM, TWO_CORES, Case, build, optimum
 
 from synth.constraints import exhaustive, z3backend
 from synth.constraints import expr as ex
@@ -36,16 +36,6 @@ def check_solution(case: Case, result: SolveResult) -> None:
 
 # ---------------------------------------------------------------- z3 == CP-SAT == brute force
 
-EXHAUSTIVE_CASES = [
-    Case.of("softmax", "upmem", {"N": 16}, SMALL_UPMEM),
-    Case.of("softmax", "cpu", {"N": 17}, TWO_CORES),  # prime: padded
-    Case.of("red", "upmem", {"N": 13}, SMALL_UPMEM),  # split reduction, padded
-    Case.of("va", "upmem", {"N": 20}, SMALL_UPMEM),
-    Case.of("mv", "upmem", {"M": 8, "N": 8}, SMALL_UPMEM),
-    Case.of("mv", "cpu", {"M": 8, "N": 12}, TWO_CORES),
-    Case.of("matmul", "cpu", {"M": 4, "N": 4, "K": 4}, TWO_CORES),
-    Case.of("attention", "cpu", {"S": 4, "D": 4}, TWO_CORES),
-]
 
 
 @pytest.mark.parametrize("case", EXHAUSTIVE_CASES, ids=lambda c: c.id)

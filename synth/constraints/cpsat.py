@@ -9,7 +9,6 @@ directions so the boolean means exactly the condition.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
 from typing import Any
 
 from ortools.sat.python import cp_model
@@ -239,7 +238,3 @@ def _result(solver: cp_model.CpSolver, code: cp_model.CpSolverStatus, lowering: 
     if code == cp_model.UNKNOWN:
         return SolveResult("cpsat", Status.TIMEOUT, wall, stats=stats)
     raise RuntimeError(f"CP-SAT rejected the model: {lowering.model.validate()}")
-
-
-def values_of(result: SolveResult) -> Mapping[str, int]:
-    return result.env or {}

@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from synth.constraints import expr as ex
-from synth.hardware import Hardware, Level, Memory
+from synth.hardware import Hardware
 from synth.workload import Access, Statement, Workload, accesses
 
 
@@ -262,11 +262,3 @@ def divisors(n: int) -> list[int]:
 
 def powers_of_two(limit: int) -> list[int]:
     return [1 << k for k in range(limit.bit_length()) if (1 << k) <= limit]
-
-
-def level_of(hw: Hardware, slot: Slot) -> Level:
-    return hw.levels[slot.level_index]
-
-
-def memory_of(hw: Hardware, slot: Slot) -> Memory:
-    return hw.memory(slot.name)
