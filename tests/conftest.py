@@ -100,9 +100,14 @@ def memory_usage(model: Model, env: Mapping[str, int]) -> dict[str, int]:
     usage: dict[str, int] = {}
     for constraint in model.constraints.constraints:
         if constraint.group.startswith("capacity."):
-            assert isinstance(constraint.cond, ex.Cmp)
+            cond = constraint.cond
+            if isinstance(cond, ex.AnyOf):  # a candidate kernel's: (fuse.K == 0) or (...)
+                chosen, cond = cond.conds
+                if ex.holds(chosen, env):
+                    continue
+            assert isinstance(cond, ex.Cmp)
             memory = constraint.group.split(".", 1)[1]
-            used = ex.evaluate(constraint.cond.lhs, env)
+            used = ex.evaluate(cond.lhs, env)
             usage[memory] = max(usage.get(memory, 0), used)
     return usage
 

@@ -154,7 +154,7 @@ def test_cost_model_counts_the_transfers_the_loop_nest_makes(case: Case) -> None
         env = dict(optimum(case).env or {}) if seed == 0 else sample(case, seed)
         assert env is not None
         program = materialize(model, env)
-        for spec, kernel in zip(model.kernels, program.kernels, strict=True):
+        for spec, kernel in zip(model.selected(env), program.kernels, strict=True):
             terms = KernelTerms(spec, model.factors, hw)
             executed = sequential_executions(kernel)
             for slot, mem in memories:
@@ -198,7 +198,7 @@ def test_exhaustive_cases_cover_a_split_reduction_and_padding() -> None:
 def padded_dims(case: Case) -> list[str]:
     """Dimensions the optimum pads beyond their extent: `kernel.dim`."""
     env = optimum(case).env or {}
-    return [f"{spec.name}.{dim}" for spec in build(case).model.kernels
+    return [f"{spec.name}.{dim}" for spec in build(case).model.selected(env)
             for dim, extent in spec.extents.items()
             if env.get(f"ext.{spec.name}.{dim}", extent) > extent]
 

@@ -76,7 +76,7 @@ def test_cases_cover_a_split_reduction_and_padding() -> None:
     split, padded = [], []
     for case in EXHAUSTIVE_CASES + BUILTIN_CASES:
         env = z3_optimum(case).env or {}
-        kernels = build(case).model.kernels
+        kernels = build(case).model.selected(env)
         hw = build(case).hw
         spatial = [lv.symbol for lv in hw.levels if lv.symbol is not None]
         for spec in kernels:

@@ -17,11 +17,13 @@ The model, per kernel:
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 
 from synth.constraints import expr as ex
+from synth.constraints.fusion import kernel_order
 from synth.constraints.space import (
     ConstraintSet,
     Factors,
@@ -31,6 +33,7 @@ from synth.constraints.space import (
     SlotKind,
     TensorUse,
     build_factors,
+    fusion_decision,
     hierarchy_slots,
 )
 from synth.hardware import Hardware, Memory
@@ -124,10 +127,23 @@ class KernelTerms:
         return [i for i in range(slot + 1, len(self.slots))
                 if self.slots[i].kind is SlotKind.SPATIAL]
 
-    def partials(self, slot: int) -> ex.Int:
-        """Separate partial results of the written tile at memory slot `slot`: one per unit
-        below it that holds its own share of a reduced dimension."""
-        return ex.mul(*(self.units(s, self.kernel.reduced) for s in self.spatial_inside(slot)))
+    def partials(self, slot: int, use: TensorUse) -> ex.Int:
+        """Separate partial results of a written tile at memory slot `slot`: one per unit
+        below it that holds its own share of a dimension reduced into the tensor."""
+        if not use.written:
+            return ex.ONE
+        reduced = [d for d in self.kernel.reduced if d not in use.indices]
+        return ex.mul(*(self.units(s, reduced) for s in self.spatial_inside(slot)))
+
+    def resident(self, slot: int) -> list[TensorUse]:
+        """The tensors with a tile in the memory at `slot`: all but the kernel's local
+        intermediates, which live in the innermost memory only."""
+        innermost = len(self.slots) - 1
+        return [u for u in self.kernel.uses if not u.local or slot == innermost]
+
+    def moving(self) -> list[TensorUse]:
+        """The tensors that move between memories (local intermediates never do)."""
+        return [u for u in self.kernel.uses if not u.local]
 
     def sequential_points(self) -> ex.Int:
         """Iteration points one innermost unit runs (padding included)."""
@@ -158,8 +174,8 @@ def buffer_bytes(kt: KernelTerms, use: TensorUse, mem: Memory, slot: int,
                  itemsize: int) -> ex.Int:
     """Bytes one tile of `use` takes in the memory at `slot` (rows padded)."""
     rows = [kt.tile(d, slot) for d in use.indices[:-1]]
-    partials = kt.partials(slot) if use.written else ex.ONE
-    return ex.mul(partials, run_terms(kt, use, mem, slot, itemsize).padded_bytes, *rows)
+    run = run_terms(kt, use, mem, slot, itemsize)
+    return ex.mul(kt.partials(slot, use), run.padded_bytes, *rows)
 
 
 def transfer_loops(kt: KernelTerms, use: TensorUse, slot: int
@@ -196,41 +212,97 @@ def transfer_count(kt: KernelTerms, use: TensorUse, slot: int) -> ex.Int:
 
 @dataclass(frozen=True)
 class Model:
-    """The schedule space of one workload on one hardware model."""
+    """The schedule space of one workload on one hardware model.
+
+    `kernels` are the candidate kernels (legal fusion groups); `chosen` maps each to the
+    0/1 term saying whether the schedule uses it (a `fuse.<kernel>` decision, or the
+    constant 1 when a kernel is the only one that can run its statements)."""
 
     workload: Workload
     hw: Hardware
     kernels: tuple[KernelSpec, ...]
     factors: Factors
     constraints: ConstraintSet
+    chosen: Mapping[str, ex.Int] = field(default_factory=dict)
 
     @property
     def slots(self) -> tuple[Slot, ...]:
         return self.factors.slots
+
+    def selected(self, env: Mapping[str, int]) -> tuple[KernelSpec, ...]:
+        """The kernels the assignment `env` uses, in an order that respects dependences."""
+        used = [k for k in self.kernels
+                if ex.evaluate(self.chosen.get(k.name, ex.ONE), env) == 1]
+        order = kernel_order(self.workload, [[self.workload.statements.index(s)
+                                              for s in k.statements] for k in used])
+        return tuple(used[i] for i in order)
 
 
 def build_model(workload: Workload, hw: Hardware, kernels: Sequence[KernelSpec],
                 extra: Sequence[NamedConstraint] = ()) -> Model:
     slots = hierarchy_slots(hw)
     factors = build_factors(kernels, hw, slots)
+    domains = dict(factors.domains)
+    chosen, cover = fusion_choices(workload, kernels, domains)
     terms = [KernelTerms(k, factors, hw) for k in kernels]
-    constraints: list[NamedConstraint] = []
+    constraints: list[NamedConstraint] = list(cover)
     for kt in terms:
-        constraints += tiling_constraints(kt)
-        constraints += capacity_constraints(kt, workload)
-        constraints += transfer_rule_constraints(kt, workload)
-        constraints += implied_compute_bounds(kt)
-    definitions, count_constraints = unit_counts(terms, hw)
+        own = (tiling_constraints(kt) + capacity_constraints(kt, workload)
+               + transfer_rule_constraints(kt, workload) + implied_compute_bounds(kt))
+        constraints += [when_chosen(chosen[kt.kernel.name], c) for c in own]
+    definitions, count_constraints = unit_counts(terms, hw, chosen)
     constraints += count_constraints
     breakdown: dict[str, ex.Int] = {}
     for kt in terms:
         for part, term in kernel_cost(kt, workload).items():
-            breakdown[part] = ex.add(breakdown.get(part, ex.ZERO), term)
-    cset = ConstraintSet(decisions=factors.domains, definitions=definitions,
+            paid = ex.select(_is_one(chosen[kt.kernel.name]), term, 0)
+            breakdown[part] = ex.add(breakdown.get(part, ex.ZERO), paid)
+    cset = ConstraintSet(decisions=domains, definitions=definitions,
                          constraints=tuple(constraints) + tuple(extra),
                          objective=ex.add(*breakdown.values()), breakdown=breakdown,
                          groups=factors.groups)
-    return Model(workload, hw, tuple(kernels), factors, cset)
+    return Model(workload, hw, tuple(kernels), factors, cset, chosen)
+
+
+# ---------------------------------------------------------------- fusion
+
+
+def fusion_choices(workload: Workload, kernels: Sequence[KernelSpec],
+                   domains: dict[str, tuple[int, ...]]
+                   ) -> tuple[dict[str, ex.Int], list[NamedConstraint]]:
+    """A 0/1 decision per candidate kernel that shares a statement with another candidate
+    (added to `domains`), and the constraints that every statement runs exactly once."""
+    covering: dict[str, list[KernelSpec]] = {s.name: [] for s in workload.statements}
+    for kernel in kernels:
+        for stmt in kernel.statements:
+            covering[stmt.name].append(kernel)
+    chosen: dict[str, ex.Int] = {}
+    for kernel in kernels:
+        if all(len(covering[s.name]) == 1 for s in kernel.statements):
+            chosen[kernel.name] = ex.ONE
+        else:
+            name = fusion_decision(kernel.name)
+            domains[name] = (0, 1)
+            chosen[kernel.name] = ex.Var(name)
+    cover = [NamedConstraint(
+        "fusion.cover", f"statement {stmt}: runs in exactly one of the kernels "
+        f"{', '.join(k.name for k in options)}",
+        ex.Cmp(ex.add(*(chosen[k.name] for k in options)), "==", ex.ONE))
+        for stmt, options in covering.items() if len(options) > 1]
+    return chosen, cover
+
+
+def when_chosen(used: ex.Int, constraint: NamedConstraint) -> NamedConstraint:
+    """The constraint of a candidate kernel binds only when the kernel is chosen:
+    used == 0 or the condition (the one direction needed: an unused kernel is free)."""
+    if used == ex.ONE:
+        return constraint
+    return dataclasses.replace(constraint, cond=ex.AnyOf((ex.Cmp(used, "==", ex.ZERO),
+                                                          constraint.cond)))
+
+
+def _is_one(used: ex.Int) -> ex.Cond | bool:
+    return True if used == ex.ONE else ex.Cmp(used, "==", ex.ONE)
 
 
 # ---------------------------------------------------------------- constraint families
@@ -261,7 +333,7 @@ def capacity_constraints(kt: KernelTerms, workload: Workload) -> list[NamedConst
                                                                    kt.slots[slot].level_index)))
         used = ex.add(*(buffer_bytes(kt, use, mem, slot,
                                      workload.tensors[use.tensor].dtype.itemsize)
-                        for use in kt.kernel.uses))
+                        for use in kt.resident(slot)))
         out.append(NamedConstraint(
             f"capacity.{mem.name}",
             f"kernel {kt.kernel.name}: tiles in one {mem.name} fit {mem.usable} bytes",
@@ -274,7 +346,7 @@ def transfer_rule_constraints(kt: KernelTerms, workload: Workload) -> list[Named
     out = []
     for slot, mem in _memory_slots(kt):
         rules = mem.rules
-        for use in kt.kernel.uses:
+        for use in kt.moving():
             itemsize = workload.tensors[use.tensor].dtype.itemsize
             run = ex.mul(kt.tile(use.indices[-1], slot), itemsize) if use.indices \
                 else ex.const(itemsize)
@@ -295,7 +367,7 @@ def transfer_rule_constraints(kt: KernelTerms, workload: Workload) -> list[Named
     return out
 
 
-def unit_counts(terms: Sequence[KernelTerms], hw: Hardware
+def unit_counts(terms: Sequence[KernelTerms], hw: Hardware, chosen: Mapping[str, ex.Int]
                 ) -> tuple[dict[str, ex.Int], list[NamedConstraint]]:
     """Each symbolic count (R, D, T, ...) is the most units any kernel uses at its level:
     the runtime allocates them once for the whole program. The limit is stated per
@@ -308,13 +380,15 @@ def unit_counts(terms: Sequence[KernelTerms], hw: Hardware
             continue
         level = hw.levels[slot.level_index]
         usages = [kt.units(slot_index) for kt in terms]
-        definitions[slot.symbol] = ex.maximum(level.count_min, *usages)
+        definitions[slot.symbol] = ex.maximum(level.count_min, *(
+            ex.select(_is_one(chosen[kt.kernel.name]), used, level.count_min)
+            for kt, used in zip(terms, usages, strict=True)))
         for kt, used in zip(terms, usages, strict=True):
             if not isinstance(used, ex.Const) or used.value > level.count_max:
-                constraints.append(NamedConstraint(
+                constraints.append(when_chosen(chosen[kt.kernel.name], NamedConstraint(
                     f"count.{level.name}",
                     f"kernel {kt.kernel.name}: at most {level.symbol} <= {level.count_max} "
-                    f"{level.name} units", ex.Cmp(used, "<=", ex.const(level.count_max))))
+                    f"{level.name} units", ex.Cmp(used, "<=", ex.const(level.count_max)))))
     return definitions, constraints
 
 
@@ -377,7 +451,7 @@ def transfer_cost(kt: KernelTerms, workload: Workload, mem: Memory, slot: int) -
     serial = ex.mul(*(kt.units(s) for s in kt.spatial_between(shared,
                                                               kt.slots[slot].level_index)))
     total = [tensor_transfer_cost(kt, use, mem, slot, workload.tensors[use.tensor].dtype.itemsize)
-             for use in kt.kernel.uses]
+             for use in kt.moving()]
     return ex.scale(ex.add(*total), serial)
 
 
@@ -389,7 +463,7 @@ def tensor_transfer_cost(kt: KernelTerms, use: TensorUse, mem: Memory, slot: int
     dimension's factors, which `dim_product` writes compactly."""
     counted, optional = transfer_loops(kt, use, slot)
     inner = set(kt.inner(slot))
-    partials = kt.partials(slot) if use.written else ex.ONE
+    partials = kt.partials(slot, use)
     last = use.indices[-1] if use.indices else None
     common = ex.mul(partials, *optional,
                     *(kt.dim_product(d, counted[d] | inner) for d in use.indices[:-1]),

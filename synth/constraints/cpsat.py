@@ -8,6 +8,7 @@ directions so the boolean means exactly the condition.
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Any
 
@@ -231,8 +232,11 @@ def _result(solver: cp_model.CpSolver, code: cp_model.CpSolverStatus, lowering: 
         decisions = {n: solver.value(lowering.vars[n]) for n in lowering.cset.decisions}
         env = lowering.cset.complete(decisions)
         status = Status.OPTIMAL if code == cp_model.OPTIMAL else Status.FEASIBLE
-        return SolveResult("cpsat", status, wall, env, int(solver.objective_value),
-                           int(solver.best_objective_bound), stats)
+        # the objective exactly, from the terms: CP-SAT reports it as a float
+        objective = ex.evaluate(lowering.cset.objective, env)
+        bound = objective if status is Status.OPTIMAL else math.ceil(
+            solver.best_objective_bound - 1e-6 * abs(solver.best_objective_bound))
+        return SolveResult("cpsat", status, wall, env, objective, bound, stats)
     if code == cp_model.INFEASIBLE:
         return SolveResult("cpsat", Status.INFEASIBLE, wall, stats=stats)
     if code == cp_model.UNKNOWN:

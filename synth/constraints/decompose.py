@@ -8,12 +8,14 @@ it keeps the search of a many-kernel program the sum, not the product, of its ke
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 import time
 from collections.abc import Callable, Iterable
 
 from synth.constraints import expr as ex
 from synth.constraints.result import SolveResult, Status
-from synth.constraints.space import ConstraintSet, NamedConstraint
+from synth.constraints.space import ConstraintSet, NamedConstraint, is_fusion_decision
 
 
 def components(cset: ConstraintSet) -> list[ConstraintSet]:
@@ -123,3 +125,68 @@ def solve_by_parts(cset: ConstraintSet, time_limit_s: float, solver: str,
     status = Status.OPTIMAL if proven else Status.FEASIBLE
     return SolveResult(solver, status, time.perf_counter() - start,
                        cset.complete(decisions), objective, bound, stats)
+
+
+# ---------------------------------------------------------------- fusion covers
+
+
+def fusion_covers(cset: ConstraintSet) -> list[ConstraintSet]:
+    """`cset` once per assignment of its fusion decisions that the constraints on them
+    alone allow (each statement in exactly one kernel), with those decisions substituted:
+    the kernels left out then have no constraints and no cost, and their factors drop
+    out of the enumeration (they take their smallest values)."""
+    names = [n for n in cset.decisions if is_fusion_decision(n)]
+    if not names:
+        return [cset]
+    flat = inline_definitions(cset)
+    covers = []
+    for values in itertools.product(*(cset.decisions[n] for n in names)):
+        chosen: dict[str, ex.Int] = {n: ex.const(v) for n, v in zip(names, values, strict=True)}
+        constraints = tuple(
+            dataclasses.replace(c, cond=ex.substitute(c.cond, chosen))  # type: ignore[arg-type]
+            for c in flat.constraints)
+        if any(c.cond == ex.FALSE for c in constraints):
+            continue
+        constraints = tuple(c for c in constraints if c.cond != ex.TRUE)
+        objective = ex.substitute(flat.objective, chosen)
+        mentioned = {v for c in constraints for v in ex.variables(c.cond)}
+        mentioned |= set(ex.variables(objective))
+        decisions = {n: d for n, d in cset.decisions.items() if n in mentioned}
+        decisions |= {n: (v,) for n, v in zip(names, values, strict=True)}
+        covers.append(ConstraintSet(decisions, {}, constraints, objective,  # type: ignore[arg-type]
+                                    groups=cset.groups))
+    return covers
+
+
+def solve_by_covers(cset: ConstraintSet, time_limit_s: float, solver: str,
+                    solve_fixed: Callable[[ConstraintSet, float], SolveResult]) -> SolveResult:
+    """Minimise `cset` once per fusion cover (`fusion_covers`) and keep the best: a case
+    split on the 0/1 fusion decisions for backends that search the tiling of each cover
+    better alone. Optimal when every cover was solved to optimality or proven infeasible;
+    the bound is the least of the covers' bounds."""
+    start = time.perf_counter()
+    covers = fusion_covers(cset)
+    if len(covers) == 1 and covers[0] is cset:
+        return solve_fixed(cset, time_limit_s)
+    best: SolveResult | None = None
+    best_cover = cset
+    proven, bound, stats = True, None, {"covers": len(covers)}
+    for cover in covers:
+        remaining = max(0.01, time_limit_s - (time.perf_counter() - start))
+        result = solve_fixed(cover, remaining)
+        proven = proven and result.status in (Status.OPTIMAL, Status.INFEASIBLE)
+        if result.status is not Status.INFEASIBLE:
+            low = result.bound if result.bound is not None else 0
+            bound = low if bound is None else min(bound, low)
+        if result.env is not None and result.objective is not None and (
+                best is None or best.objective is None or result.objective < best.objective):
+            best, best_cover = result, cover
+    wall = time.perf_counter() - start
+    if best is None or best.env is None:
+        return SolveResult(solver, Status.INFEASIBLE if proven else Status.TIMEOUT, wall,
+                           stats=stats)
+    decisions = {name: values[0] for name, values in cset.decisions.items()}
+    decisions.update({name: best.env[name] for name in best_cover.decisions})
+    return SolveResult(solver, Status.OPTIMAL if proven else Status.FEASIBLE, wall,
+                       cset.complete(decisions), best.objective, bound,
+                       {**best.stats, **stats})

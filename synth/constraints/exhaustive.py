@@ -15,7 +15,12 @@ import time
 from collections.abc import Sequence
 
 from synth.constraints import expr as ex
-from synth.constraints.decompose import components, inline_definitions
+from synth.constraints.decompose import (
+    components,
+    fusion_covers,
+    inline_definitions,
+    solve_by_covers,
+)
 from synth.constraints.result import SolveResult, Status
 from synth.constraints.space import ConstraintSet
 from synth.errors import InputError
@@ -25,22 +30,35 @@ MAX_POINTS = 2_000_000  # candidate assignments; beyond this, refuse rather than
 
 def space_size(cset: ConstraintSet, joint: bool = False) -> int:
     """Candidate assignments the enumerator visits at most."""
-    parts = [cset] if joint else components(cset)
-    return sum(math.prod(len(v) for v in part.decisions.values()) for part in parts)
+    if joint:
+        return math.prod(len(v) for v in cset.decisions.values())
+    return sum(math.prod(len(v) for v in part.decisions.values())
+               for fixed in fusion_covers(cset) for part in components(fixed))
 
 
 def solve(cset: ConstraintSet, time_limit_s: float = 60.0, max_points: int = MAX_POINTS,
           joint: bool = False) -> SolveResult:
+    """The optimum by enumeration: of each fusion cover, each independent part alone
+    (or, `joint`, of the whole product at once)."""
     size = space_size(cset, joint)
     if size > max_points:
         raise InputError(
             f"the exhaustive solver refuses a space of {size:,} candidate schedules "
             f"(limit {max_points:,}); use smaller sizes (--set) or hardware ranges "
             f"(--hw-set), or --solver cpsat")
-    start = time.perf_counter()
-    decisions: dict[str, int] = {}
+    if joint:
+        return _solve_parts(cset, [cset], time_limit_s, time.perf_counter())
+    return solve_by_covers(cset, time_limit_s, "exhaustive", lambda fixed, limit: _solve_parts(
+        fixed, components(fixed), limit, time.perf_counter()))
+
+
+def _solve_parts(cset: ConstraintSet, parts: Sequence[ConstraintSet], time_limit_s: float,
+                 start: float) -> SolveResult:
+    """Enumerate each part, add the optima up, and complete the assignment of `cset`
+    (decisions no part mentions take their smallest value)."""
+    decisions = {name: values[0] for name, values in cset.decisions.items()}
     objective, visited, proven = 0, 0, True
-    for part in [cset] if joint else components(cset):
+    for part in parts:
         remaining = time_limit_s - (time.perf_counter() - start)
         status, best, part_visited = _enumerate(inline_definitions(part), remaining)
         visited += part_visited

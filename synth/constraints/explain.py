@@ -37,6 +37,7 @@ from synth.constraints.user import UNDROPPABLE, group_names
 from synth.hardware import Hardware, TransferRules
 
 ALWAYS = "implied"  # redundant: always enforced by the solver, never blamed
+STRUCTURAL = "fusion.cover"  # every statement runs once: enforced outright, never blamed
 CHECK_LIMIT_S = 10.0  # per feasibility check of `explain`
 VIOLATED_LIMIT_S = 1.0  # per search for the constraints of a group that fail
 RESOLVE_LIMIT_S = 10.0  # per re-solve of `binding`
@@ -118,6 +119,9 @@ class Feasibility:
         self.literals: dict[str, cp_model.IntVar] = {}
         for constraint in cset.constraints:
             if constraint.group == ALWAYS:
+                continue
+            if constraint.group == STRUCTURAL:
+                self.lowering.require(floor_divisions(constraint.cond))
                 continue
             if constraint.group not in self.literals:
                 self.literals[constraint.group] = self.lowering.model.new_bool_var(
@@ -291,7 +295,7 @@ def _tight(cond: ex.Cond, env: Mapping[str, int]) -> bool:
 
 
 def droppable(group: str) -> bool:
-    return group != ALWAYS and group not in UNDROPPABLE
+    return group not in (ALWAYS, STRUCTURAL) and group not in UNDROPPABLE
 
 
 def binding(cset: ConstraintSet, env: Mapping[str, int], objective: int,

@@ -308,11 +308,34 @@ def substitute(node: Int | Cond, terms: Mapping[str, Int]) -> Int | Cond:
     if isinstance(node, Mod):
         return mod(substitute(node.num, terms), node.den)  # type: ignore[arg-type]
     if isinstance(node, Select):
-        return Select(substitute(node.cond, terms), substitute(node.then, terms),  # type: ignore[arg-type]
-                      substitute(node.other, terms))  # type: ignore[arg-type]
+        cond = substitute(node.cond, terms)
+        then, other = substitute(node.then, terms), substitute(node.other, terms)
+        if cond in (TRUE, FALSE):
+            return then if cond == TRUE else other
+        return select(cond, then, other)  # type: ignore[arg-type]
     if isinstance(node, Cmp):
-        return Cmp(substitute(node.lhs, terms), node.op, substitute(node.rhs, terms))  # type: ignore[arg-type]
-    return AnyOf(tuple(substitute(c, terms) for c in node.conds))  # type: ignore[misc]
+        return fold(Cmp(substitute(node.lhs, terms), node.op,  # type: ignore[arg-type]
+                        substitute(node.rhs, terms)))  # type: ignore[arg-type]
+    return fold(AnyOf(tuple(substitute(c, terms) for c in node.conds)))  # type: ignore[misc]
+
+
+TRUE = Cmp(ZERO, "==", ZERO)  # the canonical forms of a condition known to hold ...
+FALSE = Cmp(ONE, "==", ZERO)  # ... or known to fail
+
+
+def fold(cond: Cond) -> Cond:
+    """`cond` with constant comparisons decided: TRUE, FALSE, or a smaller condition."""
+    if isinstance(cond, Cmp):
+        if isinstance(cond.lhs, Const) and isinstance(cond.rhs, Const):
+            return TRUE if holds(cond, {}) else FALSE
+        return cond
+    conds = [fold(c) for c in cond.conds]
+    if TRUE in conds:
+        return TRUE
+    kept = tuple(c for c in conds if c != FALSE)
+    if not kept:
+        return FALSE
+    return kept[0] if len(kept) == 1 else AnyOf(kept)
 
 
 @dataclass(frozen=True)

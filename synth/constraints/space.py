@@ -15,11 +15,13 @@ length) are covered, with the padding paid in the cost.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from synth.constraints import expr as ex
+from synth.constraints.fusion import candidate_groups, needed_outside
 from synth.hardware import Hardware
 from synth.workload import Access, Statement, Workload, accesses
 
@@ -64,6 +66,8 @@ class TensorUse:
     indices: tuple[str, ...]
     written: bool
     read: bool  # written tensors are also read when they accumulate (read-modify-write)
+    local: bool = False  # produced and consumed only inside the kernel: lives in the
+    # innermost memory alone and never moves (a fused intermediate)
 
 
 @dataclass(frozen=True)
@@ -78,8 +82,11 @@ class KernelSpec:
     uses: tuple[TensorUse, ...]
 
 
-def kernel_for(statements: Sequence[Statement]) -> KernelSpec:
-    """The kernel that runs `statements` in one loop nest (here: exactly one statement)."""
+def kernel_for(statements: Sequence[Statement], workload: Workload | None = None
+               ) -> KernelSpec:
+    """The kernel that runs `statements` (a legal fusion group, see
+    `synth.constraints.fusion`) in one loop nest. With the workload, a tensor the group
+    writes that nothing after it reads is local to the kernel."""
     dims: dict[str, int] = {}
     reduced: list[str] = []
     for stmt in statements:
@@ -88,24 +95,41 @@ def kernel_for(statements: Sequence[Statement]) -> KernelSpec:
         reduced.extend(d for d in stmt.reduced if d not in reduced)
     order = [d for d in dims if d not in reduced] + reduced
     return KernelSpec(
-        name="+".join(s.name for s in statements),
+        name=kernel_name(statements),
         statements=tuple(statements),
         dims=tuple(order),
         extents={d: dims[d] for d in order},
         reduced=tuple(reduced),
-        uses=_tensor_uses(statements),
+        uses=_tensor_uses(statements, workload),
     )
 
 
-def _tensor_uses(statements: Sequence[Statement]) -> tuple[TensorUse, ...]:
+def kernel_name(statements: Sequence[Statement]) -> str:
+    """`e_s` for statements e and s fused (the name that variables like `Q.e_s.i` carry)."""
+    return "_".join(s.name for s in statements)
+
+
+def _tensor_uses(statements: Sequence[Statement], workload: Workload | None
+                 ) -> tuple[TensorUse, ...]:
     uses: dict[str, TensorUse] = {}
+    produced: set[str] = set()
     for stmt in statements:
         for acc in _distinct(accesses(stmt.expr)):
-            if acc.tensor not in uses:
+            if acc.tensor not in uses and acc.tensor not in produced:
                 uses[acc.tensor] = TensorUse(acc.tensor, acc.indices, written=False, read=True)
-    for stmt in statements:
-        read_back = stmt.accumulates or stmt.op.reduces  # `+=` reads what it adds to
-        uses[stmt.target] = TensorUse(stmt.target, stmt.indices, written=True, read=read_back)
+        if stmt.target not in produced:
+            # `+=` and reductions read what they add to, unless the group made it
+            read_back = stmt.accumulates or stmt.op.reduces
+            uses[stmt.target] = TensorUse(stmt.target, stmt.indices, written=True,
+                                          read=read_back)
+        produced.add(stmt.target)
+    if workload is not None:
+        members = [workload.statements.index(s) for s in statements]
+        for name, use in uses.items():
+            if (use.written and not use.read and not any(s.reduced for s in statements
+                                                         if s.target == name)
+                    and not needed_outside(workload, members, name)):
+                uses[name] = dataclasses.replace(use, local=True)
     return tuple(uses.values())
 
 
@@ -114,7 +138,13 @@ def _distinct(items: list[Access]) -> list[Access]:
 
 
 def one_kernel_per_statement(workload: Workload) -> tuple[KernelSpec, ...]:
-    return tuple(kernel_for([stmt]) for stmt in workload.statements)
+    return tuple(kernel_for([stmt], workload) for stmt in workload.statements)
+
+
+def candidate_kernels(workload: Workload) -> tuple[KernelSpec, ...]:
+    """Every legal fusion group as a kernel (singletons first); the solver picks a cover."""
+    return tuple(kernel_for([workload.statements[i] for i in group], workload)
+                 for group in candidate_groups(workload))
 
 
 # ---------------------------------------------------------------- the constraint set
@@ -167,6 +197,18 @@ def _holds(cond: ex.Cond, env: Mapping[str, int]) -> bool:
 def var_name(symbol: str, kernel: str, dim: str) -> str:
     """The one naming rule for factor variables: `Q.y.i` is kernel y's Q factor of dim i."""
     return f"{symbol}.{kernel}.{dim}"
+
+
+def fusion_decision(kernel: str) -> str:
+    """The one naming rule for fusion decisions: `fuse.e_s` is 1 when kernel e_s is used."""
+    return f"{FUSION_PREFIX}{kernel}"
+
+
+FUSION_PREFIX = "fuse."
+
+
+def is_fusion_decision(name: str) -> bool:
+    return name.startswith(FUSION_PREFIX)
 
 
 @dataclass(frozen=True)

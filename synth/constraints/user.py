@@ -41,6 +41,8 @@ UNDROPPABLE = {
     "implied": "its constraints are redundant bounds, true of every schedule",
     "tiling": "it defines the factors (a dimension's outer factor is its padded extent "
               "over the others, exactly: ragged tiles are not modelled)",
+    "fusion.cover": "it makes every statement run exactly once (to force or forbid a "
+                    "fusion, use --fix fuse.KERNEL=1 or =0)",
 }
 COMPARISONS = ("<=", ">=", "==", "<", ">")
 _TOKEN = re.compile(r"\s*(?:(?P<int>\d+)|(?P<name>[A-Za-z_][A-Za-z0-9_.#]*)"

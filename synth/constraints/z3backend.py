@@ -52,7 +52,7 @@ from collections.abc import Callable, Sequence
 import z3
 
 from synth.constraints import expr as ex
-from synth.constraints.decompose import solve_by_parts
+from synth.constraints.decompose import solve_by_covers, solve_by_parts
 from synth.constraints.result import SolveResult, Status
 from synth.constraints.space import ConstraintSet
 
@@ -321,7 +321,8 @@ def solve(cset: ConstraintSet, time_limit_s: float = 30.0) -> SolveResult:
     Independent parts are solved one by one (see `decompose`)."""
     z3.set_param("smt.random_seed", SEED)
     z3.set_param("sat.random_seed", SEED)
-    return solve_by_parts(cset, time_limit_s, "z3", _solve_part)
+    return solve_by_covers(cset, time_limit_s, "z3", lambda fixed, limit: solve_by_parts(
+        fixed, limit, "z3", _solve_part))
 
 
 def _solve_part(cset: ConstraintSet, time_limit_s: float) -> SolveResult:

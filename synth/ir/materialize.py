@@ -37,9 +37,10 @@ from synth.ir.nodes import (
 def materialize(model: Model, env: Mapping[str, int]) -> Program:
     """The loop nest of the schedule that `env` (a complete assignment) describes."""
     globals_ = tuple(_global_buffer(model, name) for name in model.workload.tensors)
-    kernels = tuple(KernelBuilder(model, spec, env).build() for spec in model.kernels)
+    chosen = model.selected(env)
+    kernels = tuple(KernelBuilder(model, spec, env).build() for spec in chosen)
     counts = {s.symbol: env[s.symbol] for s in model.slots if s.kind is SlotKind.SPATIAL}
-    extents = {spec.name: dict(spec.extents) for spec in model.kernels}
+    extents = {spec.name: dict(spec.extents) for spec in chosen}
     return Program(model.workload.name, model.hw.name, model.hw.root_memory.name, globals_,
                    kernels, counts, extents)
 
@@ -107,9 +108,12 @@ class KernelBuilder:
     def _placements(self) -> list[_Placed]:
         placed = []
         memories = self.model.hw.memories
+        innermost = len(self.slots) - 1
         for order, (slot, mem) in enumerate(self._memory_slots(), start=1):
             parent_of: dict[str, str] = {}
             for use in self.spec.uses:
+                if use.local and slot != innermost:
+                    continue  # a fused intermediate lives in the innermost memory only
                 depth = self._copy_depth(slot, use)
                 decl = self._buffer(use, mem, slot, depth)
                 parent = (use.tensor if order == 1 else
@@ -142,8 +146,7 @@ class KernelBuilder:
     def _buffer(self, use: TensorUse, mem: Memory, slot: int, depth: int) -> BufferDecl:
         tensor = self.model.workload.tensors[use.tensor]
         partials = tuple(v.name for s, v in self.loops[depth:]
-                         if v.kind is LoopKind.PARALLEL and v.dim in self.spec.reduced
-                         and use.written and s > slot)
+                         if s > slot and self._splits_reduction(v, use))
         return BufferDecl(
             name=f"{use.tensor}_{mem.name}", tensor=use.tensor, memory=mem.name,
             dims=use.indices, shape=tuple(self.tile(d, slot) for d in use.indices),
@@ -151,10 +154,13 @@ class KernelBuilder:
             partial_loops=partials)
 
     def _root_partial_loops(self, use: TensorUse) -> tuple[str, ...]:
-        if not use.written:
-            return ()
-        return tuple(v.name for _, v in self.loops
-                     if v.kind is LoopKind.PARALLEL and v.dim in self.spec.reduced)
+        return tuple(v.name for _, v in self.loops if self._splits_reduction(v, use))
+
+    def _splits_reduction(self, loop: LoopVar, use: TensorUse) -> bool:
+        """A parallel loop over a dimension reduced into the written tensor `use`: each
+        unit makes its own partial result."""
+        return (use.written and loop.kind is LoopKind.PARALLEL
+                and loop.dim in self.spec.reduced and loop.dim not in use.indices)
 
     # -- the nest ----------------------------------------------------------------
 
@@ -169,13 +175,14 @@ class KernelBuilder:
         nodes: list[Node] = []
         for p in here:
             nodes.append(Alloc(p.decl))
-            if p.use.read:
+            if p.use.read and not p.use.local:
                 nodes.append(Load(p.decl.name, p.parent))
         if depth < len(self.loops):
             nodes.append(Loop(self.loops[depth][1], self._level(depth + 1, placed)))
         else:
             nodes.extend(self._computes())
-        nodes.extend(Store(p.decl.name, p.parent) for p in reversed(here) if p.use.written)
+        nodes.extend(Store(p.decl.name, p.parent) for p in reversed(here)
+                     if p.use.written and not p.use.local)
         return tuple(nodes)
 
     def _computes(self) -> list[Node]:

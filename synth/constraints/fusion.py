@@ -1,0 +1,148 @@
+"""Which statements may share one loop nest: the candidate kernels of a workload.
+
+Fusion is a decision of the solver, not a pre-pass: this module lists every *legal*
+group of statements (singletons included), and `synth.constraints.cost.build_model` gives
+each group a 0/1 decision `fuse.<kernel>` with one constraint per statement (it runs in
+exactly one chosen kernel). The tiling, capacity and transfer terms of each candidate are
+enforced and paid only when it is chosen, so fusion, placement and tiling are decided
+together.
+
+A group is legal when (checked on the statement DAG, built with networkx):
+- it is connected and *convex*: no path leaves the group and comes back into it (else no
+  order of the kernels respects the dependencies);
+- its statements iterate the same dimensions, so they share every loop;
+- every value produced inside the group and consumed inside it is consumed at the point
+  that produced it (pointwise), and is not a reduction: a value reduced over a dimension
+  is complete only after the whole pass over that dimension, so it cannot be consumed
+  inside that pass (softmax's `m` cannot be fused with `e = exp(x - m)`);
+- no statement overwrites a tensor an earlier statement of the group reads.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+
+import networkx as nx
+
+from synth.workload import Role, Statement, Workload, accesses
+
+MAX_FUSED = 6  # statements per candidate kernel; longer chains gain little and grow the space
+
+
+def dependence_graph(workload: Workload) -> nx.DiGraph:
+    """Statement index -> later statement index, when the later one reads what the
+    earlier writes (or writes it again, or overwrites what the earlier reads)."""
+    graph = nx.DiGraph()
+    stmts = workload.statements
+    graph.add_nodes_from(range(len(stmts)))
+    for i, j in itertools.combinations(range(len(stmts)), 2):
+        first, later = stmts[i], stmts[j]
+        if (first.target in later.inputs or first.target == later.target
+                or later.target in first.inputs):
+            graph.add_edge(i, j)
+    return graph
+
+
+def illegal_reason(workload: Workload, members: Sequence[int],
+                   graph: nx.DiGraph | None = None) -> str | None:
+    """Why the statements at `members` cannot share one loop nest, or None if they can."""
+    graph = dependence_graph(workload) if graph is None else graph
+    group = sorted(set(members))
+    stmts = [workload.statements[i] for i in group]
+    names = ", ".join(s.name for s in stmts)
+    if len(group) > 1 and not nx.is_weakly_connected(graph.subgraph(group)):
+        return f"{names} do not depend on each other (nothing to share)"
+    outside = _path_through_outside(graph, group)
+    if outside is not None:
+        return (f"{workload.statements[outside].name} depends on the group and the group "
+                f"depends on it, so it would have to run in the middle of the fused pass")
+    dims = set(stmts[0].dims)
+    for stmt in stmts[1:]:
+        if set(stmt.dims) != dims:
+            return (f"{stmts[0].name} iterates {_dims(stmts[0].dims)} but {stmt.name} "
+                    f"iterates {_dims(stmt.dims)}: fused statements share every loop")
+    for pos, producer in enumerate(stmts):
+        for consumer in stmts[pos + 1:]:
+            reason = _edge_reason(producer, consumer)
+            if reason is not None:
+                return reason
+    return None
+
+
+def _edge_reason(producer: Statement, consumer: Statement) -> str | None:
+    consumes = producer.target in consumer.inputs or producer.target == consumer.target
+    if consumes and producer.reduced:
+        return (f"{consumer.name} consumes {producer.target}, which {producer.name} "
+                f"reduces over {_dims(producer.reduced)}, inside the same pass over "
+                f"{_dims(producer.reduced)}")
+    if producer.target in consumer.inputs:
+        reads = {a.indices for a in accesses(consumer.expr) if a.tensor == producer.target}
+        if reads != {producer.indices}:
+            return (f"{consumer.name} reads {producer.target} at other points than "
+                    f"{producer.name} writes it, which a shared loop nest cannot provide")
+    if producer.target == consumer.target and producer.indices != consumer.indices:
+        return f"{producer.name} and {consumer.name} write {producer.target} at other points"
+    if consumer.target in producer.inputs:
+        return f"{consumer.name} overwrites {consumer.target}, which {producer.name} reads"
+    return None
+
+
+def _path_through_outside(graph: nx.DiGraph, group: list[int]) -> int | None:
+    members = set(group)
+    below = set().union(*(nx.descendants(graph, i) for i in group)) - members
+    above = set().union(*(nx.ancestors(graph, i) for i in group)) - members
+    both = sorted(below & above)
+    return both[0] if both else None
+
+
+def _dims(dims: Sequence[str]) -> str:
+    return ", ".join(dims) if dims else "nothing"
+
+
+def candidate_groups(workload: Workload) -> list[tuple[int, ...]]:
+    """Every legal group of statement indices, singletons first, then by size and
+    position (deterministic)."""
+    graph = dependence_graph(workload)
+    undirected = graph.to_undirected()
+    found: set[tuple[int, ...]] = {(i,) for i in graph.nodes}
+    frontier = sorted(found)
+    while frontier:
+        grown: set[tuple[int, ...]] = set()
+        for group in frontier:
+            if len(group) >= MAX_FUSED:
+                continue
+            neighbours = set().union(*(undirected[i] for i in group)) - set(group)
+            for extra in neighbours:
+                candidate = tuple(sorted((*group, extra)))
+                if candidate not in found and candidate not in grown:
+                    grown.add(candidate)
+        # a group can be illegal while a larger one containing it is legal (an outside
+        # statement becomes inside), so growth continues through illegal groups
+        found |= grown
+        frontier = sorted(grown)
+    legal = [g for g in found if illegal_reason(workload, g, graph) is None]
+    return sorted(legal, key=lambda g: (len(g), g))
+
+
+def needed_outside(workload: Workload, members: Sequence[int], tensor: str) -> bool:
+    """Whether a tensor written by the group is read after it by another statement or is
+    an output: otherwise it lives only in the innermost memory."""
+    if workload.tensors[tensor].role is Role.OUTPUT:
+        return True
+    inside = set(members)
+    return any(tensor in s.inputs or (s.target == tensor and s.accumulates)
+               for k, s in enumerate(workload.statements) if k not in inside)
+
+
+def kernel_order(workload: Workload, groups: Sequence[Sequence[int]]) -> list[int]:
+    """Positions of `groups` (a cover of the statements by legal groups) in an order that
+    respects every dependence: a topological order of the groups, the earliest first
+    statement first when several are ready."""
+    graph = dependence_graph(workload)
+    owner = {stmt: g for g, members in enumerate(groups) for stmt in members}
+    quotient = nx.DiGraph()
+    quotient.add_nodes_from(range(len(groups)))
+    quotient.add_edges_from((owner[i], owner[j]) for i, j in graph.edges
+                            if owner[i] != owner[j])
+    return list(nx.lexicographical_topological_sort(quotient, key=lambda g: min(groups[g])))
