@@ -35,7 +35,7 @@ from synth.constraints.result import Status
 from synth.errors import InputError, SynthError
 from synth.hwfile import list_builtin_hardware, load_hardware
 from synth.ir.printer import print_program
-from synth.lang import list_builtin_workloads, load_workload
+from synth.lang import SizeRange, list_builtin_workloads, load_workload
 from synth.pipeline import SOLVERS, Outcome, Request, run
 
 EXIT_OK = 0
@@ -74,9 +74,66 @@ def parse_size_setting(text: str) -> tuple[str, int]:
     return name, int(value)
 
 
+_RANGE = re.compile(r"^(?P<lo>[^.:]*)\.\.(?P<hi>[^.:]*)(?::(?P<step>.*))?$")
+_INT = re.compile(r"^-?\d+$")
+RANGE_EXAMPLE = "N=1024..65536:1024"
+
+
+def parse_size_option(text: str) -> tuple[str, int | SizeRange]:
+    """`N=4096` -> ("N", 4096); `N=1024..65536:1024` -> ("N", SizeRange(1024, 65536,
+    1024)): the admissible values LO, LO+STEP, ... up to HI (STEP defaults to 1)."""
+    name, sep, value = text.partition("=")
+    name, value = name.strip(), value.strip()
+    if ".." not in value:
+        return parse_size_setting(text)
+    if not sep or not _SIZE_NAME.match(name):
+        raise InputError(f"--set {text}: expected NAME=INT or NAME=LO..HI[:STEP], e.g. "
+                         f"--set {RANGE_EXAMPLE}")
+    match = _RANGE.match(value)
+    parts = [match.group(k) for k in ("lo", "hi", "step")] if match else []
+    if not parts or any(p is not None and not _INT.match(p.strip()) for p in parts):
+        raise InputError(f"--set {text}: expected a range LO..HI or LO..HI:STEP of "
+                         f"integers, e.g. --set {RANGE_EXAMPLE}")
+    lo, hi = int(parts[0].strip()), int(parts[1].strip())
+    step = int(parts[2].strip()) if parts[2] is not None else 1
+    for what, bound in (("LO", lo), ("HI", hi)):
+        if bound <= 0:
+            raise InputError(f"--set {text}: size '{name}' must be positive, got {what} "
+                             f"{bound}")
+    if step <= 0:
+        raise InputError(f"--set {text}: STEP must be a positive integer, got {step}")
+    if lo > hi:
+        raise InputError(f"--set {text}: empty range, LO {lo} > HI {hi}")
+    return name, SizeRange(lo, hi, step)
+
+
+def parse_size_options(texts: Sequence[str]) -> tuple[dict[str, int], dict[str, SizeRange]]:
+    """`synth solve --set`: plain sizes, and sizes given as ranges."""
+    sizes: dict[str, int] = {}
+    ranges: dict[str, SizeRange] = {}
+    given: dict[str, str] = {}
+    for text in texts:
+        name, value = parse_size_option(text)
+        if name in given:
+            raise InputError(f"--set {name} given twice ({given[name]} and {text.strip()})")
+        given[name] = text.strip()
+        if isinstance(value, SizeRange):
+            ranges[name] = value
+        else:
+            sizes[name] = value
+    return sizes, ranges
+
+
 def parse_size_settings(texts: Sequence[str]) -> dict[str, int]:
+    """`synth tune --set`: plain sizes only (a tune reports no proof, so a range would
+    go unchecked there)."""
     sizes: dict[str, int] = {}
     for text in texts:
+        if ".." in text.partition("=")[2]:
+            name = text.partition("=")[0].strip()
+            raise InputError(f"--set {text}: a size range is for synth solve, whose z3 "
+                             f"proof covers every admissible value; synth tune takes "
+                             f"NAME=INT (vary a size with --vary set:{name}=V1,V2,...)")
         name, value = parse_size_setting(text)
         if name in sizes:
             raise InputError(f"--set {name} given twice ({name}={sizes[name]} and "
@@ -134,6 +191,8 @@ def outcome_exit_code(outcome: Outcome) -> int:
         return EXIT_VALIDATION
     if outcome.proof is not None and not outcome.proof.proved:
         return EXIT_VALIDATION  # a schedule synth made that is not safe: a bug, reported
+    if outcome.smallest is not None and not outcome.smallest.validation.passed:
+        return EXIT_VALIDATION  # the same nest, run at the smallest sizes of a range
     return EXIT_OK
 
 
@@ -267,11 +326,30 @@ def proof_lines(outcome: Outcome) -> str:
     proof = outcome.proof
     if proof is None:
         return "symbolic verification (z3): not run"
-    if proof.proved:
+    took = format_seconds(outcome.timings.get("prove", 0.0))
+    solved = ", ".join(f"{name}={value}" for name, value in proof.solved.items())
+    note = (f"\n  solved at {solved}, the largest admissible "
+            f"{'value' if len(proof.solved) == 1 else 'values'}: the tiles stay fixed "
+            f"across the range, only the host loops' counts adapt" if proof.sizes else "")
+    if proof.proved and not proof.sizes:
         return (f"symbolic verification (z3): proved {proof.checks} obligations (every access "
-                f"in bounds, every memory within capacity) "
-                f"({format_seconds(outcome.timings.get('prove', 0.0))})")
-    return f"symbolic verification (z3): {proof}"
+                f"in bounds, every memory within capacity) ({took})")
+    if proof.proved:
+        return f"symbolic verification (z3): {proof} ({took}){note}"
+    return f"symbolic verification (z3): {proof}{note}"
+
+
+def smallest_line(outcome: Outcome) -> str | None:
+    """With a size range: the same loop nest run against NumPy at the smallest sizes."""
+    run = outcome.smallest
+    if run is None:
+        return None
+    v = run.validation
+    at = ", ".join(f"{k}={n}" for k, n in run.sizes.items())
+    verdict = "passed" if v.passed else "FAILED"
+    return (f"validation against NumPy at {at} (the smallest admissible, same tiles): "
+            f"{verdict}, max abs err {format_error(v.max_abs_err)}, max rel err "
+            f"{format_error(v.max_rel_err)} ({format_seconds(v.wall_s)})")
 
 
 def validation_line(outcome: Outcome) -> str:
@@ -290,6 +368,8 @@ def no_schedule_message(outcome: Outcome, time_limit_s: float) -> str | None:
     status = outcome.result.status
     if status is Status.INFEASIBLE:
         return report.infeasible_message(outcome)
+    if status is Status.TIMEOUT and "failure" in outcome.result.stats:
+        return str(outcome.result.stats["failure"])  # a heuristic's dead end, not the clock
     if status is Status.TIMEOUT:
         return (f"no schedule found within the time limit of {time_limit_s:g} s; "
                 f"raise --time-limit or make the problem smaller with --set NAME=INT")
@@ -316,6 +396,9 @@ def print_human(outcome: Outcome, request: Request) -> None:
         console.print(groups_table(outcome))
     console.print(proof_lines(outcome), markup=False, soft_wrap=True)
     console.print(validation_line(outcome), markup=False, soft_wrap=True)
+    smallest = smallest_line(outcome)
+    if smallest is not None:
+        console.print(smallest, markup=False, soft_wrap=True)
 
 
 def print_json(outcome: Outcome) -> None:
@@ -378,7 +461,9 @@ def solve(
     hw: Annotated[str, typer.Option(
         "--hw", help="A built-in hardware model name or a .toml file.")],
     sizes: Annotated[list[str] | None, typer.Option(
-        "--set", metavar="NAME=INT", help="Override a problem size (repeatable).")] = None,
+        "--set", metavar="NAME=INT|LO..HI[:STEP]",
+        help="Override a problem size (repeatable). A range LO..HI[:STEP] solves at its "
+             "largest value and proves the schedule for every value.")] = None,
     hw_set: Annotated[list[str] | None, typer.Option(
         "--hw-set", metavar="KEY=VALUE",
         help="Override a hardware parameter, e.g. wram.capacity=32KiB (repeatable).")] = None,
@@ -411,10 +496,12 @@ def solve(
     Exit codes: 0 solved, 1 infeasible, 2 bad input, 3 time limit, 4 validation failed.
     """
     def action() -> int:
-        request = Request(workload, hw, parse_size_settings(sizes or []), tuple(hw_set or []),
+        fixed, ranges = parse_size_options(sizes or [])
+        request = Request(workload, hw, fixed, tuple(hw_set or []),
                           check_solver(solver), check_time_limit(time_limit),
                           validate=not no_validate, constraints=tuple(constraint or []),
-                          fixes=tuple(fix or []), drops=tuple(drop or []), binding=True)
+                          fixes=tuple(fix or []), drops=tuple(drop or []), binding=True,
+                          ranges=ranges)
         if show_constraints:
             return show_constraints_of(request, as_json)
         return solve_request(request, as_json)

@@ -42,6 +42,7 @@ from synth.workload import (
 
 __all__ = [
     "ExprType",
+    "SizeRange",
     "expr_type",
     "list_builtin_workloads",
     "load_workload",
@@ -707,6 +708,49 @@ class _ExprParser:
                 token)
         raise self.cur.error(
             f"unknown name '{name}': expected a size, a tensor access or a function call", token)
+
+
+# ---------------------------------------------------------------- size ranges
+
+
+@dataclass(frozen=True)
+class SizeRange:
+    """The admissible values of a size given as a range (`--set N=LO..HI[:STEP]`):
+    LO, LO+STEP, ... up to HI. `last` is the largest of them (HI itself when STEP
+    divides HI - LO)."""
+
+    lo: int
+    hi: int
+    step: int = 1
+
+    def __post_init__(self) -> None:
+        given = f"{self.lo}..{self.hi}:{self.step}"
+        if self.lo <= 0 or self.hi <= 0:
+            raise ValueError(f"size range {given}: bounds must be positive")
+        if self.step <= 0:
+            raise ValueError(f"size range {given}: step must be positive")
+        if self.lo > self.hi:
+            raise ValueError(f"size range {given}: LO > HI")
+
+    @property
+    def last(self) -> int:
+        return self.lo + (self.hi - self.lo) // self.step * self.step
+
+    @property
+    def count(self) -> int:
+        return (self.hi - self.lo) // self.step + 1
+
+    def values(self) -> range:
+        return range(self.lo, self.last + 1, self.step)
+
+    def __contains__(self, value: object) -> bool:
+        return (isinstance(value, int) and self.lo <= value <= self.hi
+                and (value - self.lo) % self.step == 0)
+
+    def __str__(self) -> str:
+        """`1024..65536 step 1024` (the admissible values, so HI is `last`)."""
+        text = f"{self.lo}..{self.last}"
+        return text if self.step == 1 else f"{text} step {self.step}"
 
 
 # ---------------------------------------------------------------- entry points

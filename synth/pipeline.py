@@ -8,6 +8,11 @@
 (`synth.constraints.user`); `explain` names a minimal set of conflicting groups and
 `binding` (when asked) the groups that shape the optimum (`synth.constraints.explain`).
 
+Sizes given as ranges (`Request.ranges`, `--set N=LO..HI[:STEP]`) are solved at their
+largest admissible value; `prove` then proves the loop nest for every admissible value
+(tiles fixed, host loops adapting: `synth.ir.prove`), and with validation the same nest is
+also run at the smallest values (`run_smallest`).
+
 `run` is what `synth solve` does; every stage is also callable alone (tests and
 benchmarks use them that way). Errors a user can cause are raised as `SynthError`
 subclasses with their exit codes; a solve that finds no schedule is not an error here but
@@ -22,23 +27,23 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from synth.constraints import cpsat, exhaustive, explain, user, z3backend
+from synth.constraints import cpsat, exhaustive, explain, greedy, user, z3backend
 from synth.constraints.cost import Model, build_model, evaluate_cost
 from synth.constraints.result import SolveResult, Status
-from synth.constraints.space import one_kernel_per_statement
-from synth.errors import InputError
+from synth.constraints.space import candidate_kernels
+from synth.errors import InputError, IRError
 from synth.hardware import Hardware, Memory
 from synth.hwfile import load_hardware
 from synth.ir.interpret import interpret
 from synth.ir.materialize import materialize
 from synth.ir.nodes import Program
-from synth.ir.prove import Proof, prove
+from synth.ir.prove import Dependence, Proof, instantiate, probe_value, prove, size_dependence
 from synth.ir.verify import verify
-from synth.lang import load_workload
+from synth.lang import SizeRange, load_workload
 from synth.reference import compare, evaluate, make_inputs
 from synth.workload import Workload
 
-SOLVERS = ("cpsat", "z3", "exhaustive")
+SOLVERS = ("cpsat", "z3", "exhaustive", "greedy")
 
 
 @dataclass(frozen=True)
@@ -57,6 +62,18 @@ class Request:
     fixes: Sequence[str] = ()  # --fix VAR=INT: groups user.fix.VAR
     drops: Sequence[str] = ()  # --drop GROUP (or a prefix: `capacity` drops capacity.*)
     binding: bool = False  # find the groups that bind at the optimum (one re-solve each)
+    # --set N=LO..HI[:STEP]: solved at the largest admissible value, proved for every one
+    ranges: Mapping[str, SizeRange] = field(default_factory=dict)
+
+    def solved_sizes(self) -> dict[str, int]:
+        """The sizes the schedule is solved at: `sizes`, and each range's largest value
+        (the tiles are chosen for the largest problem; smaller ones reuse them)."""
+        clash = sorted(set(self.sizes) & set(self.ranges))
+        if clash:
+            name = clash[0]
+            raise InputError(f"--set {name} given twice ({name}={self.sizes[name]} and "
+                             f"{name}={self.ranges[name].lo}..{self.ranges[name].hi})")
+        return {**self.sizes, **{name: r.last for name, r in self.ranges.items()}}
 
 
 @dataclass(frozen=True)
@@ -81,13 +98,58 @@ class Outcome:
     explanation: Sequence[explain.Conflict] | None = None  # infeasible: a minimal conflict
     group_status: Sequence[explain.GroupStatus] | None = None  # Request.binding: per group
     proof: Proof | None = None  # z3: every access in bounds, every memory within capacity
+    smallest: SmallestRun | None = None  # ranges: the same tiles run at the smallest sizes
+
+
+@dataclass(frozen=True)
+class SmallestRun:
+    """With size ranges: the solved loop nest instantiated at the smallest admissible
+    sizes (root loops adapted, tiles unchanged), verified and run against NumPy."""
+
+    sizes: Mapping[str, int]
+    validation: Validation
 
 
 # ---------------------------------------------------------------- stages
 
 
 def parse(request: Request) -> Workload:
-    return load_workload(request.workload, dict(request.sizes))
+    return load_workload(request.workload, request.solved_sizes())
+
+
+def dependence(request: Request, workload: Workload) -> Dependence:
+    """Which extents of `workload` are a ranged size: found by parsing the workload again
+    with each ranged size at another admissible value (a workload that is not valid there
+    is bad input, reported before solving)."""
+    probes: dict[str, Workload] = {}
+    for name, admissible in request.ranges.items():
+        value = probe_value(workload.sizes.get(name, admissible.last), admissible)
+        if value is None:
+            continue
+        try:
+            probes[name] = load_workload(request.workload, {**request.solved_sizes(),
+                                                            name: value})
+        except InputError as exc:
+            raise InputError(f"--set {name}={admissible.lo}..{admissible.hi}: workload "
+                             f"'{workload.name}' is not valid at {name}={value}: {exc}"
+                             ) from None
+    return size_dependence(workload, request.ranges, probes)
+
+
+def run_smallest(request: Request, program: Program, workload: Workload, hw: Hardware,
+                 dep: Dependence) -> SmallestRun:
+    """The loop nest solved at the largest sizes, run at the smallest: verified by the
+    IR verifier, then compared with NumPy (as `validate`)."""
+    sizes = {name: r.lo for name, r in request.ranges.items()}
+    small = load_workload(request.workload, {**request.solved_sizes(), **sizes})
+    at = ", ".join(f"{k}={v}" for k, v in sizes.items())
+    try:
+        program = instantiate(program, workload, dep, sizes)
+        verify(program, small, hw)
+    except IRError as exc:
+        raise IRError(f"the loop nest at {at} (the smallest admissible sizes): {exc}"
+                      ) from None
+    return SmallestRun(sizes, validate(program, small, request.seed))
 
 
 def hardware(request: Request) -> Hardware:
@@ -98,7 +160,7 @@ def encode(workload: Workload, hw: Hardware, constraints: Sequence[str] = (),
            fixes: Sequence[str] = (), drops: Sequence[str] = ()) -> Model:
     """The model, then the user's constraints and fixes added, then dropped groups removed
     (see `synth.constraints.user`)."""
-    model = build_model(workload, hw, one_kernel_per_statement(workload))
+    model = build_model(workload, hw, candidate_kernels(workload))
     extra = user.user_constraints(model, constraints, fixes)
     cset = dataclasses.replace(model.constraints,
                                constraints=model.constraints.constraints + tuple(extra))
@@ -130,6 +192,8 @@ def solve(model: Model, solver: str, time_limit_s: float) -> SolveResult:
         return z3backend.solve(model.constraints, time_limit_s)
     if solver == "exhaustive":
         return exhaustive.solve(model.constraints, time_limit_s)
+    if solver == "greedy":
+        return greedy.solve(model.constraints, time_limit_s, model.slots)
     raise InputError(f"unknown solver {solver!r}; expected one of {', '.join(SOLVERS)}")
 
 
@@ -176,6 +240,7 @@ def run(request: Request) -> Outcome:
         return value
 
     workload = timed("parse", parse, request)
+    dep = timed("ranges", dependence, request, workload) if request.ranges else None
     hw = timed("hardware", hardware, request)
     model = timed("encode", encode, workload, hw, request.constraints, request.fixes,
                   request.drops)
@@ -188,14 +253,18 @@ def run(request: Request) -> Outcome:
     program = timed("materialise", materialize, model, result.env)
     checked_hw = what_if(hw, request.drops)
     timed("verify", verify, program, workload, checked_hw)
-    proof = timed("prove", prove, program, workload, checked_hw)
+    proof = timed("prove", prove, program, workload, checked_hw, request.ranges, dep)
     cost = evaluate_cost(model, dict(result.env))
     validation = (timed("validate", validate, program, workload, request.seed)
                   if request.validate else None)
+    ranged = dep is not None and any(r.count > 1 for r in request.ranges.values())
+    smallest = (timed("validate smallest", run_smallest, request, program, workload,
+                      checked_hw, dep)
+                if request.validate and ranged and proof.proved else None)
     groups = (timed("binding", binding, model, result, request.time_limit_s)
               if request.binding else None)
     return Outcome(workload, hw, model, result, program, cost, validation, timings,
-                   group_status=groups, proof=proof)
+                   group_status=groups, proof=proof, smallest=smallest)
 
 
 def solved(outcome: Outcome) -> bool:

@@ -99,10 +99,18 @@ def _factor_meanings(outcome: Outcome) -> dict[str, str]:
     model = outcome.model
     slots = model.slots
     innermost = len(slots) - 1
+    env = outcome.result.env or {}
+    used = {k.name for k in model.selected(env)}
     meanings: dict[str, str] = {}
+    for spec in model.kernels:
+        decision = model.chosen.get(spec.name)
+        if isinstance(decision, ex.Var):
+            names = ", ".join(s.name for s in spec.statements)
+            meanings[decision.name] = (f"1 when kernel {spec.name} runs {names}"
+                                       + (" fused" if len(spec.statements) > 1 else ""))
     for (kernel, dim, index), term in model.factors.terms.items():
-        if not isinstance(term, ex.Var):
-            continue
+        if not isinstance(term, ex.Var) or kernel not in used:
+            continue  # a candidate kernel the schedule does not use: its factors mean nothing
         slot = slots[index]
         if slot.kind is SlotKind.SPATIAL:
             parent = outcome.hardware.levels[slot.level_index - 1].name
@@ -122,8 +130,9 @@ def _padded_rows(outcome: Outcome, env: Mapping[str, int]) -> dict[str, Variable
     a decision the user should see (it costs the padding)."""
     rows: dict[str, VariableRow] = {}
     extents = {spec.name: spec.extents for spec in outcome.model.kernels}
+    used = {k.name for k in outcome.model.selected(env)}
     for (kernel, dim), term in outcome.model.factors.extents.items():
-        if not isinstance(term, ex.Var) or term.name not in env:
+        if not isinstance(term, ex.Var) or term.name not in env or kernel not in used:
             continue
         extent = extents[kernel][dim]
         value = int(env[term.name])
@@ -310,6 +319,32 @@ def binding(outcome: Outcome) -> list[dict[str, Any]] | None:
             for g in outcome.group_status if g.binding]
 
 
+# ---------------------------------------------------------------- verification
+
+
+def verification(outcome: Outcome) -> dict[str, Any] | None:
+    """The z3 proof (`proved`, `checks`, `failures`), and `sizes`: each size given as a
+    range (`min`, `max`: the largest admissible value, `step`, `values`: how many,
+    `solved_at`: where the tiles were chosen), empty without ranges; with ranges also
+    `kinds` (the kinds of obligation stated), `note` and `smallest` (the same loop nest
+    run against NumPy at the smallest sizes, null when not run)."""
+    proof = outcome.proof
+    if proof is None:
+        return None
+    data: dict[str, Any] = dict(proof.to_json())
+    data.setdefault("sizes", {})
+    if proof.sizes:
+        solved = ", ".join(f"{k}={v}" for k, v in proof.solved.items())
+        data["note"] = (f"solved at {solved} (the largest admissible sizes): the tiles are "
+                        f"fixed for every admissible size, the host loops' counts adapt")
+        run = outcome.smallest
+        data["smallest"] = None if run is None else {
+            "sizes": dict(run.sizes), "passed": run.validation.passed,
+            "max_abs_err": run.validation.max_abs_err,
+            "max_rel_err": run.validation.max_rel_err, "wall_s": run.validation.wall_s}
+    return data
+
+
 # ---------------------------------------------------------------- the report
 
 
@@ -330,7 +365,7 @@ def to_json(outcome: Outcome) -> dict[str, Any]:
         "buffers": buffers(program),
         "cost": cost_json(outcome.cost),
         "validation": validation_json(outcome),
-        "verification": outcome.proof.to_json() if outcome.proof is not None else None,
+        "verification": verification(outcome),
         "explanation": explanation(outcome),
         "binding": binding(outcome),
         "constraint_groups": constraint_groups(outcome),

@@ -19,11 +19,11 @@ import pytest
 from typer.testing import CliRunner
 
 import synth.pipeline
-from synth.cli import app, parse_size_setting
+from synth.cli import app, parse_size_option, parse_size_setting
 from synth.constraints.result import SolveResult, Status
 from synth.errors import InputError, IRError
 from synth.hwfile import list_builtin_hardware, load_hardware
-from synth.lang import list_builtin_workloads
+from synth.lang import SizeRange, list_builtin_workloads
 from synth.report import jsonable
 
 DESIGN_KEYS = ("workload", "hardware", "status", "solver", "variables", "groups",
@@ -311,3 +311,134 @@ def test_a_refuted_proof_exits_4_with_its_counterexample(monkeypatch: pytest.Mon
     result = invoke("solve", "softmax", "--hw", "upmem", "--set", "N=4096", "--no-validate")
     assert result.exit_code == 4
     assert "t_i=15" in result.stdout
+
+
+# ---------------------------------------------------------------- size ranges
+
+RANGED = ["solve", "softmax", "--hw", "upmem", "--set", "N=1024..8192:1024"]
+
+
+def test_a_size_range_is_proved_and_reported() -> None:
+    result = invoke(*RANGED)
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    assert out.splitlines()[0].startswith("softmax (N=8192) on upmem: optimal")
+    assert re.search(r"^symbolic verification \(z3\): proved for N in 1024\.\.8192 step 1024 "
+                     r"\(8 values\): \d+ obligations \(bounds, capacity, coverage\) hold",
+                     out, re.MULTILINE)
+    assert "solved at N=8192, the largest admissible value: the tiles stay fixed" in out
+    assert re.search(r"^validation against NumPy at N=1024 \(the smallest admissible, same "
+                     r"tiles\): passed", out, re.MULTILINE)
+
+
+def test_a_size_range_in_json() -> None:
+    result = invoke(*RANGED, "--json")
+    assert result.exit_code == 0, result.output
+    data = report_of(result)
+    assert data["sizes"] == {"N": 8192}  # solved at the largest admissible value
+    verification = data["verification"]
+    assert verification["proved"] is True and verification["failures"] == []
+    assert verification["checks"] > 0
+    assert verification["sizes"] == {"N": {"min": 1024, "max": 8192, "step": 1024,
+                                           "values": 8, "solved_at": 8192}}
+    assert set(verification["kinds"]) >= {"bounds", "capacity", "coverage"}
+    assert "solved at N=8192" in verification["note"]
+    assert verification["smallest"]["sizes"] == {"N": 1024}
+    assert verification["smallest"]["passed"] is True
+    # without a range, the same keys (sizes empty)
+    plain = report_of(invoke(*SOFTMAX, "--json", "--no-validate"))["verification"]
+    assert plain["sizes"] == {} and plain["proved"] is True
+    assert "smallest" not in plain
+
+
+def test_a_range_whose_largest_value_is_below_hi() -> None:
+    """Admissible values are LO, LO+STEP, ... <= HI: 1000..1030:7 solves at 1028."""
+    result = invoke("solve", "va", "--hw", "upmem", "--set", "N=1000..1030:7", "--json")
+    assert result.exit_code == 0, result.output
+    data = report_of(result)
+    assert data["sizes"] == {"N": 1028}
+    assert data["verification"]["sizes"]["N"] == {"min": 1000, "max": 1028, "step": 7,
+                                                  "values": 5, "solved_at": 1028}
+
+
+@pytest.mark.parametrize(("value", "message"), [
+    ("N=1024..", "expected a range LO..HI or LO..HI:STEP of integers"),
+    ("N=..4096", "expected a range LO..HI or LO..HI:STEP of integers"),
+    ("N=1..8:", "expected a range LO..HI or LO..HI:STEP of integers"),
+    ("N=1..8:2:3", "expected a range LO..HI or LO..HI:STEP of integers"),
+    ("N=a..b", "expected a range LO..HI or LO..HI:STEP of integers"),
+    ("N=1.5..8", "expected a range LO..HI or LO..HI:STEP of integers"),
+    ("N=8..1", "empty range, LO 8 > HI 1"),
+    ("N=0..8", "size 'N' must be positive, got LO 0"),
+    ("N=-4..8", "size 'N' must be positive, got LO -4"),
+    ("N=1..8:0", "STEP must be a positive integer, got 0"),
+    ("N=1..8:-2", "STEP must be a positive integer, got -2"),
+    ("=1..8", "expected NAME=INT or NAME=LO..HI[:STEP]"),
+    ("NOPE=1..8", "no size named 'NOPE'"),
+])
+def test_a_bad_size_range_exits_2(value: str, message: str) -> None:
+    result = invoke("solve", "softmax", "--hw", "upmem", "--set", value, "--no-validate")
+    assert result.exit_code == 2, result.output
+    assert result.stderr.startswith(f"error: --set {value.partition('=')[0]}")
+    assert message in result.stderr
+    assert "Traceback" not in result.output
+
+
+def test_a_size_given_as_a_value_and_a_range_exits_2() -> None:
+    result = invoke(*RANGED, "--set", "N=4096")
+    assert result.exit_code == 2
+    assert "error: --set N given twice (N=1024..8192:1024 and N=4096)" in result.stderr
+
+
+def test_parse_size_option() -> None:
+    assert parse_size_option("N=4096") == ("N", 4096)
+    assert parse_size_option("N=1024..65536:1024") == ("N", SizeRange(1024, 65536, 1024))
+    assert parse_size_option(" M = 3 .. 9 ") == ("M", SizeRange(3, 9, 1))
+    admissible = SizeRange(1000, 1030, 7)
+    assert list(admissible.values()) == [1000, 1007, 1014, 1021, 1028]
+    assert admissible.last == 1028 and admissible.count == 5
+    assert 1021 in admissible and 1022 not in admissible and 1035 not in admissible
+    assert str(admissible) == "1000..1028 step 7" and str(SizeRange(1, 8)) == "1..8"
+
+
+def test_tune_refuses_a_size_range() -> None:
+    result = invoke("tune", "softmax", "--hw", "upmem", "--set", "N=1..8", "--vary", "T=8,16")
+    assert result.exit_code == 2
+    assert "--set N=1..8: a size range is for synth solve" in result.stderr
+
+
+def test_a_range_proof_refuted_exits_4_naming_the_size(monkeypatch: pytest.MonkeyPatch
+                                                       ) -> None:
+    """A schedule whose host loop runs one padded iteration too many: fine at the solved
+    size (the verifier passes it), but its count is not ceil(N / step), so the range
+    proof is refuted and the failure names N."""
+    import dataclasses
+
+    from synth.ir.nodes import Loop
+    from synth.ir.prove import is_root_loop
+
+    real = synth.pipeline.materialize
+
+    def padded(model: Any, env: Any) -> Any:
+        program = real(model, env)
+
+        def bump(nodes: tuple[Any, ...]) -> tuple[Any, ...]:
+            return tuple(dataclasses.replace(n, var=dataclasses.replace(
+                n.var, extent=n.var.extent + is_root_loop(program, n.var)),
+                body=bump(n.body)) if isinstance(n, Loop) else n for n in nodes)
+
+        return dataclasses.replace(program, kernels=tuple(
+            dataclasses.replace(k, body=bump(k.body)) for k in program.kernels))
+
+    monkeypatch.setattr(synth.pipeline, "materialize", padded)
+    args = ["solve", "va", "--hw", "upmem", "--hw-set", "rank.count=1..1", "--hw-set",
+            "dpu.count=1..2", "--hw-set", "tasklet.count=1..2", "--hw-set",
+            "mram.capacity=64KiB", "--set", "N=1024..65536:1024", "--no-validate"]
+    result = invoke(*args)
+    assert result.exit_code == 4, result.output
+    assert "refuted for N in 1024..65536 step 1024 (64 values): 1 of" in result.stdout
+    assert re.search(r"parametric: kernel c: loop h_i: h_i \(host\) runs \d+ times at "
+                     r"N=65536, .* not a function of N \[at N=65536\]", result.stdout)
+    data = report_of(invoke(*args, "--json"))
+    (failure,) = data["verification"]["failures"]
+    assert failure["kind"] == "parametric" and failure["counterexample"] == {"N": 65536}

@@ -17,7 +17,7 @@ import pytest
 from conftest import Rewrite, rewrite
 
 from synth import pipeline
-from synth.errors import IRError
+from synth.errors import InputError, IRError
 from synth.hwfile import load_hardware
 from synth.ir.interpret import interpret
 from synth.ir.nodes import (
@@ -33,9 +33,16 @@ from synth.ir.nodes import (
     Store,
     walk,
 )
-from synth.ir.prove import Failure, Proof, prove
+from synth.ir.prove import (
+    Failure,
+    Proof,
+    instantiate,
+    is_root_loop,
+    prove,
+    size_dependence,
+)
 from synth.ir.verify import verify
-from synth.lang import list_builtin_workloads
+from synth.lang import SizeRange, list_builtin_workloads, load_workload
 from synth.reference import make_inputs
 from synth.workload import Workload, accesses
 
@@ -331,3 +338,277 @@ def test_the_pipeline_reports_the_proof_in_json() -> None:
     verification = to_json(outcome)["verification"]
     assert verification["proved"] is True
     assert verification["checks"] > 0 and verification["failures"] == []
+
+
+# ---------------------------------------------------------------- size ranges
+
+# a UPMEM so small that va needs a host loop (h_i) to walk N: the loop that adapts to N
+HOST_LOOP = ("rank.count=1..1", "dpu.count=1..2", "tasklet.count=1..2", "mram.capacity=64KiB")
+
+RangeSpec = tuple[tuple[str, tuple[int, int, int]], ...]
+
+
+@functools.cache
+def ranged(workload: str, hw: str, ranges: RangeSpec, sizes: tuple[tuple[str, int], ...] = (),
+           overrides: tuple[str, ...] = ()) -> pipeline.Outcome:
+    """A pipeline run with sizes given as ranges (solved at the largest admissible value,
+    proved for every one, and run against NumPy at the smallest)."""
+    request = pipeline.Request(workload, hw, dict(sizes), overrides,
+                               ranges={n: SizeRange(*r) for n, r in ranges})
+    outcome = pipeline.run(request)
+    assert outcome.program is not None and outcome.proof is not None
+    return outcome
+
+
+RANGE_CASES = {
+    "softmax/upmem": ("softmax", "upmem", (("N", (1024, 16384, 1024)),), (), ()),
+    "va/upmem": ("va", "upmem", (("N", (1000, 20000, 7)),), (), ()),
+    "va/upmem host loop": ("va", "upmem", (("N", (1024, 65536, 1024)),), (), HOST_LOOP),
+    "mv/cpu": ("mv", "cpu", (("N", (64, 512, 64)),), (("M", 32),), ()),
+    "mv/cpu two ranges": ("mv", "cpu", (("M", (8, 64, 8)), ("N", (16, 128, 16))), (), ()),
+}
+
+
+def range_case(name: str) -> pipeline.Outcome:
+    return ranged(*RANGE_CASES[name])
+
+
+def at_sizes(outcome: pipeline.Outcome, program: Program, values: Mapping[str, int]
+             ) -> tuple[Program, Workload]:
+    """`program` instantiated at `values` of its ranged sizes, with the workload there."""
+    workload = outcome.workload
+    ranges = outcome.proof.sizes if outcome.proof else {}
+    dependence = size_dependence(workload, ranges)
+    small = load_workload(workload.source, {**workload.sizes, **values})
+    return instantiate(program, workload, dependence, values), small
+
+
+@pytest.mark.parametrize("case", sorted(RANGE_CASES))
+def test_a_schedule_is_proved_over_a_range(case: str) -> None:
+    outcome = range_case(case)
+    proof = outcome.proof
+    assert proof is not None and proof.proved, str(proof)
+    ranges = {n: SizeRange(*r) for n, r in RANGE_CASES[case][2]}
+    assert dict(proof.sizes) == ranges
+    # solved at the largest admissible value (va: 1000 + 7k <= 20000 is 19998)
+    assert dict(proof.solved) == {n: r.last for n, r in ranges.items()}
+    assert all(outcome.workload.sizes[n] == r.last for n, r in ranges.items())
+    assert "bounds" in proof.kinds and "coverage" in proof.kinds
+    assert ("parametric" in proof.kinds) == ("host loop" in case)
+    text = " and ".join(f"{n} in {r.lo}..{r.last}" + (f" step {r.step}" if r.step > 1 else "")
+                        + f" ({r.count} values)" for n, r in ranges.items())
+    assert str(proof) == f"proved for {text}: {proof.checks} obligations " \
+                         f"({', '.join(proof.kinds)}) hold"
+    # the same nest, at the smallest sizes, was verified and run against NumPy
+    assert outcome.smallest is not None
+    assert dict(outcome.smallest.sizes) == {n: r.lo for n, r in ranges.items()}
+    assert outcome.smallest.validation.passed
+
+
+@pytest.mark.parametrize("case", ["va/upmem host loop", "mv/cpu", "softmax/upmem"])
+def test_the_proved_nest_runs_at_sizes_across_the_range(case: str) -> None:
+    """What the proof is about, checked without z3: the nest with its host loops adapted
+    passes the concrete verifier and matches NumPy at sizes across the range."""
+    outcome = range_case(case)
+    assert outcome.program is not None and outcome.proof is not None
+    (name, admissible), = outcome.proof.sizes.items()
+    values = list(admissible.values())
+    for value in (values[0], values[len(values) // 3], values[-2]):
+        program, workload = at_sizes(outcome, outcome.program, {name: value})
+        verify(program, workload, outcome.hardware)
+        assert pipeline.validate(program, workload).passed, value
+
+
+def test_host_loops_adapt_past_the_solved_size() -> None:
+    """A nest proved for sizes above the one it was solved at: its host loop runs more
+    often, its tiles stay; the adapted nest really computes the larger problem."""
+    outcome = range_case("va/upmem host loop")
+    program = outcome.program
+    assert program is not None
+    host = [n.var for k in program.kernels for n in walk(k.body)
+            if isinstance(n, Loop) and is_root_loop(program, n.var)]
+    (solved,) = host
+    assert solved.extent == -(-65536 // solved.step) > 1
+    wider = {"N": SizeRange(1024, 262144, 1024)}
+    assert prove(program, outcome.workload, outcome.hardware, wider).proved
+    dependence = size_dependence(outcome.workload, wider)
+    bigger = instantiate(program, outcome.workload, dependence, {"N": 200704})
+    (loop,) = [n.var for k in bigger.kernels for n in walk(k.body) if isinstance(n, Loop)
+               and n.var.name == solved.name]
+    assert loop.extent == -(-200704 // solved.step) > solved.extent
+    workload = load_workload("va", {"N": 200704})
+    assert pipeline.validate(bigger, workload).passed
+
+
+def test_which_extents_are_the_ranged_size() -> None:
+    outcome = range_case("mv/cpu")
+    dependence = size_dependence(outcome.workload, {"N": SizeRange(64, 512, 64)})
+    assert dict(dependence.tensors) == {("A", 1): "N", ("x", 0): "N"}
+    assert dict(dependence.statements) == {("y", "j"): "N"}
+
+
+def test_a_workload_not_valid_across_the_range_is_bad_input(tmp_path: Any) -> None:
+    path = tmp_path / "lit.syn"
+    path.write_text("size N = 16\nin x : f32[N]\nin w : f32[16]\nout y : f32[N]\n"
+                    "y[i] = x[i] * w[i]\n")
+    request = pipeline.Request(str(path), "cpu", ranges={"N": SizeRange(8, 16, 8)})
+    with pytest.raises(InputError, match=r"--set N=8\.\.16: workload 'lit' is not valid at "
+                                         r"N=8: .*conflicting extents"):
+        pipeline.run(request)
+
+
+# -- refutations over a range
+
+
+def kernel_with(program: Program, name: str) -> str:
+    """The kernel that allocates buffer `name` (kernel names change with fusion)."""
+    return next(k.name for k in program.kernels for n in walk(k.body)
+                if isinstance(n, Alloc) and n.buffer.name == name)
+
+
+def exhibits_at(outcome: pipeline.Outcome, broken: Program, failure: Failure) -> bool:
+    """The failure's sizes and loop values, evaluated on the broken nest instantiated at
+    those sizes, put an element outside a buffer (independently of z3)."""
+    assert outcome.proof is not None
+    sizes = {n: failure.counterexample[n] for n in outcome.proof.sizes}
+    assert all(v in outcome.proof.sizes[n] for n, v in sizes.items()), sizes
+    program, workload = at_sizes(outcome, broken, sizes)
+    loops = {k: v for k, v in failure.counterexample.items() if k not in sizes}
+    return exhibits(program, workload, dataclasses.replace(failure, counterexample=loops))
+
+
+@pytest.mark.parametrize("buffer", ["x_wram", "x_mram"])
+def test_a_short_tile_is_refuted_over_the_range_at_a_size(buffer: str) -> None:
+    outcome = range_case("softmax/upmem")
+    assert outcome.program is not None
+    kernel = kernel_with(outcome.program, buffer)
+    broken = rewrite(outcome.program, *shrink(outcome.program, kernel, buffer))
+    admissible = SizeRange(1024, 16384, 1024)
+    proof = prove(broken, outcome.workload, outcome.hardware, {"N": admissible})
+    assert not proof.proved
+    assert proof.failures and all(f.kind == "bounds" for f in proof.failures)
+    for failure in proof.failures:
+        assert list(failure.counterexample)[0] == "N"  # the size first, then the loops
+        assert failure.counterexample["N"] in admissible
+        assert exhibits_at(outcome, broken, failure), failure
+        assert f"N={failure.counterexample['N']}" in str(proof)
+    # and running the nest at that size trips over an index too
+    sizes = {"N": proof.failures[0].counterexample["N"]}
+    program, workload = at_sizes(outcome, broken, sizes)
+    with pytest.raises(IRError, match=r"expected (the tile inside|\w+ inside tile of)"):
+        interpret(program, workload, make_inputs(workload))
+
+
+def host_loop(program: Program, **fields: Any) -> Program:
+    def fn(node: Node) -> Node:
+        if isinstance(node, Loop) and is_root_loop(program, node.var):
+            return dataclasses.replace(node, var=dataclasses.replace(node.var, **fields))
+        return node
+    (kernel,) = [k.name for k in program.kernels for n in walk(k.body)
+                 if isinstance(n, Loop) and is_root_loop(program, n.var)]
+    return rewrite(program, kernel, fn)
+
+
+def test_a_padded_host_loop_cannot_be_parametrised() -> None:
+    """One extra (fully masked) host iteration is harmless at the solved size, but the
+    loop's count is then not ceil(N / step): the range proof refutes it, naming N."""
+    outcome = range_case("va/upmem host loop")
+    assert outcome.program is not None and outcome.proof is not None
+    (host,) = [n.var for k in outcome.program.kernels for n in walk(k.body)
+               if isinstance(n, Loop) and is_root_loop(outcome.program, n.var)]
+    extra = host.extent + 1
+    broken = host_loop(outcome.program, extent=extra)
+    verify(broken, outcome.workload, outcome.hardware)
+    assert prove(broken, outcome.workload, outcome.hardware).proved
+    proof = prove(broken, outcome.workload, outcome.hardware, outcome.proof.sizes)
+    assert not proof.proved
+    (failure,) = proof.failures
+    assert failure.kind == "parametric" and failure.counterexample == {"N": 65536}
+    assert f"{host.name} (host) runs {extra} times at N=65536" in failure.message
+    assert "not a function of N" in failure.message
+    with pytest.raises(IRError, match="count is a function of N"):
+        instantiate(broken, outcome.workload, size_dependence(outcome.workload,
+                                                              outcome.proof.sizes),
+                    {"N": 1024})
+
+
+def test_a_host_loop_that_does_not_adapt_is_refuted_past_its_reach() -> None:
+    """The host loop turned into an ordinary loop keeps its count: below the solved size
+    the tail is masked (proved), above it the tiles stop short (coverage refuted at a
+    size, and the nest run there leaves elements unwritten)."""
+    outcome = range_case("va/upmem host loop")
+    assert outcome.program is not None
+    fixed = host_loop(outcome.program, where="mram")
+    below = {"N": SizeRange(1024, 65536, 1024)}
+    assert prove(fixed, outcome.workload, outcome.hardware, below).proved
+    above = {"N": SizeRange(1024, 262144, 1024)}
+    proof = prove(fixed, outcome.workload, outcome.hardware, above)
+    assert not proof.proved
+    (failure,) = proof.failures
+    n = failure.counterexample["N"]
+    assert failure.kind == "coverage" and failure.counterexample == {"N": n}
+    assert n > 65536 and n in above["N"]
+    assert f"reach elements 0..65535 only: 65536..{n - 1} of {n}" in failure.message
+    program, workload = at_sizes(outcome, fixed, {"N": n})
+    with pytest.raises(IRError, match="expected every element written"):
+        interpret(program, workload, make_inputs(workload))
+
+
+def test_a_schedule_solved_for_a_smaller_size_is_refuted_for_larger_ones() -> None:
+    outcome = softmax(4096)
+    assert outcome.program is not None
+    proof = prove(outcome.program, outcome.workload, outcome.hardware,
+                  {"N": SizeRange(4096, 65536, 4096)})
+    assert not proof.proved
+    assert {f.kind for f in proof.failures} == {"coverage"}
+    assert all(4096 < f.counterexample["N"] <= 65536 for f in proof.failures)
+
+
+def test_capacity_over_a_range_names_the_size() -> None:
+    outcome = range_case("softmax/upmem")
+    assert outcome.program is not None
+    small = load_hardware("upmem", ["wram.capacity=4KiB"])
+    admissible = SizeRange(1024, 16384, 1024)
+    proof = prove(outcome.program, outcome.workload, small, {"N": admissible})
+    failures = [f for f in proof.failures if f.kind == "capacity"]
+    assert failures and not proof.proved
+    for failure in failures:
+        assert set(failure.counterexample) == {"N"}
+        assert failure.counterexample["N"] in admissible
+
+
+def test_a_buffer_that_grows_with_the_size_is_refuted_where_it_overflows() -> None:
+    """Capacity obligations quantify over N: a WRAM tile with one copy per host
+    iteration (ceil(N / step) of them) overflows only past some N, and the failure says
+    which."""
+    outcome = range_case("va/upmem host loop")
+    program = outcome.program
+    assert program is not None and outcome.proof is not None
+    (host,) = [n.var for n in walk(program.kernels[0].body)
+               if isinstance(n, Loop) and is_root_loop(program, n.var)]
+    (tasklets,) = [n.var.extent for n in walk(program.kernels[0].body)
+                   if isinstance(n, Loop) and n.var.where == "tasklet"]
+    tile = buffer(program, "c", "a_wram").shape[0] * 4  # bytes of one i32 tile
+    broken = rewrite(program, "c", change_buffer("c", "a_wram",
+                                                 partial_loops=(host.name,))[1])
+    proof = prove(broken, outcome.workload, outcome.hardware, outcome.proof.sizes)
+    (failure,) = [f for f in proof.failures if f.kind == "capacity"]
+    n = failure.counterexample["N"]
+    usable = outcome.hardware.memory("wram").usable
+    copies = tasklets * -(-n // host.step)  # one copy per tasklet and host iteration
+    others = 2 * tasklets * tile  # b_wram and c_wram
+    assert taken(failure) == copies * tile + others > usable
+    assert f"a_wram {tile}B x{copies}" in failure.message
+    # with one host iteration (N <= step) the tiles fit: the failure is at a larger N
+    assert tasklets * tile + others <= usable and n > host.step
+
+
+def test_range_proof_serialises() -> None:
+    outcome = range_case("softmax/upmem")
+    proof = outcome.proof
+    assert proof is not None
+    data = json.loads(json.dumps(proof.to_json()))
+    assert data["proved"] is True and data["failures"] == []
+    assert data["sizes"] == {"N": {"min": 1024, "max": 16384, "step": 1024, "values": 16,
+                                   "solved_at": 16384}}
+    assert data["kinds"] == list(proof.kinds)

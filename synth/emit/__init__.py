@@ -1,4 +1,11 @@
 """Code emitters, one per target, sharing one C-style renderer (see docs/architecture.md).
 
-Empty so far: the UPMEM and MLIR emitters are the next pieces of work (issues 3 and 5).
+- `cstyle`: what C-like targets share (names, types, literals, the workload's
+  expressions with reference semantics, affine indices, blocks and loops).
+- `upmem`: `emit_upmem` writes a host program and one DPU program per kernel for the UPMEM
+  SDK, a Makefile, and the data to check them; `check_upmem` runs `make check`, which
+  builds them against the host-side stand-in for the UPMEM runtime in `upmem_runtime/`
+  and compares the outputs with the reference.
+
+The MLIR and C-with-OpenMP emitters are still to come (issue 5).
 """

@@ -1,0 +1,1474 @@
+"""The UPMEM emitter: a solved loop nest as C for the UPMEM SDK, and a way to check it.
+
+`emit_upmem(program, workload, hw, out_dir, inputs, expected)` writes into `out_dir`:
+
+- `host.c`: the host program (UPMEM SDK host API). It allocates R x D DPUs once; per
+  kernel it loads `dpu_<kernel>`, packs each DPU's tiles and moves them into MRAM with
+  parallel transfers (a broadcast when every DPU gets the same tile), launches, moves the
+  results back, and combines partial results of split reductions. It reads its inputs
+  from `data/input_<tensor>.bin`, writes `data/output_<tensor>.bin` and compares them with
+  `data/expected_<tensor>.bin`, exiting 1 on a mismatch.
+- `dpu_<kernel>.c`: one DPU program per kernel (UPMEM SDK DPU API).
+- `Makefile`: `make` builds both with the SDK; `make check` builds them with plain `cc`
+  against the stand-in runtime (`upmem_runtime/`, copied from synth, plus one glue file
+  `standin_dpu_<kernel>.c` per kernel) and runs the program.
+
+`check_upmem(out_dir)` runs `make check` and says whether it passed.
+
+How the IR maps onto UPMEM (levels host > rank > dpu > tasklet, memories host > mram >
+wram): in each kernel, the part from the rank and dpu loops inward runs on the DPUs and
+is one launch; the host loops around it repeat the launch. DPU d of the set runs the
+unit (rank d / D, dpu d % D) of those loops, passed in `args`; DPUs beyond the kernel's
+units get `args.active = 0` and return at once. MRAM buffers are `__mram_noinit` arrays
+filled and drained by the host. Inside the DPU, tasklet loops become `me()`, sequential
+MRAM loops run in every tasklet, WRAM tiles are `__dma_aligned` arrays with one tile per
+tasklet, and transfers are `mram_read`/`mram_write` in runs of at most 2048 bytes.
+
+Every buffer is laid out as the cost model counts it: partial results first, then rows
+whose innermost axis is padded to 8 bytes, so every DMA run starts 8-byte aligned. Tiles
+are copied whole between MRAM and WRAM; elements outside the tensor (a ragged last tile)
+are skipped where it matters: computes stop at the tensor's edge, and the host copies
+only elements inside the tensor.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+
+from synth.emit.cstyle import (
+    MUL,
+    Code,
+    CStyle,
+    EmitError,
+    Names,
+    Typed,
+    affine_sum,
+    scale,
+    statement_text,
+    term,
+)
+from synth.hardware import Hardware, Memory
+from synth.ir.nodes import (
+    Affine,
+    Alloc,
+    BufferDecl,
+    Combine,
+    Compute,
+    Fill,
+    Kernel,
+    Load,
+    Loop,
+    LoopKind,
+    LoopVar,
+    Node,
+    Program,
+    Store,
+    walk,
+)
+from synth.reference import TOLERANCES
+from synth.workload import Access, Call, DType, Expr, Num, Workload
+from synth.workload import walk as expr_nodes
+
+__all__ = ["CheckResult", "Emission", "EmitError", "check_upmem", "emit_upmem"]
+
+RUNTIME_FILES = ("attributes.h", "defs.h", "mram.h", "barrier.h", "alloc.h", "dpu.h",
+                 "standin.h", "standin.c")
+DMA_ALIGN = 8  # bytes: both ends of every MRAM<->WRAM or host<->MRAM transfer
+LEVELS = ("host", "rank", "dpu", "tasklet")
+MEMORIES = ("host", "mram", "wram")
+
+
+# ---------------------------------------------------------------- public API
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    passed: bool
+    log: str  # what `make check` printed (build and run)
+    seconds: float
+
+
+@dataclass(frozen=True)
+class Emission:
+    out_dir: Path
+    files: tuple[Path, ...]  # every file written
+    kernels: tuple[str, ...]  # C names of the kernels: dpu_<name>.c
+
+
+def emit_upmem(program: Program, workload: Workload, hw: Hardware, out_dir: str | Path,
+               inputs: Mapping[str, np.ndarray], expected: Mapping[str, np.ndarray]
+               ) -> Emission:
+    """Write the host program, the DPU programs, the Makefile, the stand-in runtime and
+    the data files into `out_dir` (created if needed). Raises EmitError for a loop nest
+    this emitter cannot express."""
+    target = Target.of(program, hw)
+    plans = plan_program(program, target)
+    dpus = [DpuWriter(plan, workload, target).render() for plan in plans]
+    host = HostWriter(program, workload, target).render(plans, dpus)
+    out = Path(out_dir)
+    (out / "data").mkdir(parents=True, exist_ok=True)
+    _remove_stale(out)
+    files = {out / "host.c": host, out / "Makefile": makefile(program, workload, target, dpus)}
+    for dpu in dpus:
+        files[out / f"dpu_{dpu.ident}.c"] = dpu.source
+        files[out / f"standin_dpu_{dpu.ident}.c"] = glue(dpu)
+    for path, text in files.items():
+        path.write_text(text)
+    written = list(files) + _copy_runtime(out / "upmem_runtime")
+    written += _write_data(out / "data", workload, inputs, expected)
+    return Emission(out, tuple(written), tuple(d.ident for d in dpus))
+
+
+def check_upmem(out_dir: str | Path, timeout_s: float = 600.0) -> CheckResult:
+    """Run `make check` in `out_dir`: build against the stand-in runtime and run. Passes
+    only when the build succeeds and every output matches the reference."""
+    start = time.perf_counter()
+    jobs = str(max(1, min(os.cpu_count() or 1, 8)))
+    try:
+        proc = subprocess.Popen(["make", "--no-print-directory", f"-j{jobs}", "check"],
+                                cwd=out_dir, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    except OSError as err:
+        return CheckResult(False, f"cannot run make: {err}", time.perf_counter() - start)
+    try:
+        log, _ = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)  # make and the program it started
+        log, _ = proc.communicate()
+        log += f"\nmake check: timed out after {timeout_s:g} s\n"
+        return CheckResult(False, log, time.perf_counter() - start)
+    return CheckResult(proc.returncode == 0, log, time.perf_counter() - start)
+
+
+# ---------------------------------------------------------------- the target
+
+
+@dataclass(frozen=True)
+class Target:
+    """The UPMEM facts the emitter uses, from the hardware model and the program."""
+
+    hw: Hardware
+    ranks: int  # R: ranks the program allocates
+    dpus_per_rank: int  # D
+    mram: Memory
+    wram: Memory
+
+    @staticmethod
+    def of(program: Program, hw: Hardware) -> Target:
+        levels = tuple(lvl.name for lvl in hw.levels)
+        memories = tuple(m.name for m in hw.memories)
+        if levels != LEVELS or memories != MEMORIES:
+            raise EmitError(f"the UPMEM emitter needs levels {' > '.join(LEVELS)} and "
+                            f"memories {' > '.join(MEMORIES)}; hardware {hw.name} has "
+                            f"levels {' > '.join(levels)} and memories {' > '.join(memories)}")
+        return Target(hw, _count(program, hw, "rank"), _count(program, hw, "dpu"),
+                      hw.memory("mram"), hw.memory("wram"))
+
+    @property
+    def dma_max(self) -> int | None:
+        return self.wram.rules.max_bytes
+
+    def row_multiple(self, memory: str) -> int:
+        """Rows of a buffer are padded to this many bytes: the memory's transfer multiple,
+        and at least what DMA alignment needs."""
+        if memory == "host":
+            return 1
+        return math.lcm(self.hw.memory(memory).rules.multiple, DMA_ALIGN)
+
+
+def _count(program: Program, hw: Hardware, level: str) -> int:
+    symbol = hw.level(level).symbol
+    if symbol is None or symbol not in program.counts:
+        raise EmitError(f"program {program.workload}: no count for level {level}")
+    return program.counts[symbol]
+
+
+# ---------------------------------------------------------------- buffer layout
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where a buffer's elements lie: one instance per partial result (outermost), each
+    rows of `row` elements (the innermost axis padded to the row multiple)."""
+
+    partials: tuple[int, ...]  # extent of each partial axis
+    shape: tuple[int, ...]
+    row: int
+
+    @property
+    def strides(self) -> tuple[int, ...]:
+        """Elements between neighbours along each axis of the tile."""
+        strides, step = [], 1
+        for axis in reversed(range(len(self.shape))):
+            strides.append(step)
+            step *= self.row if axis == len(self.shape) - 1 else self.shape[axis]
+        return tuple(reversed(strides))
+
+    @property
+    def instance(self) -> int:
+        return math.prod(self.shape[:-1]) * self.row
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.partials) * self.instance
+
+
+def partial_offset(lay: Layout, loops: Iterable[str]) -> Affine:
+    """Where the partial result for the current values of `loops` starts in a buffer."""
+    offset, stride = Affine(), lay.instance
+    for loop, extent in reversed(list(zip(loops, lay.partials, strict=True))):
+        offset = offset + term(loop, stride)
+        stride *= extent
+    return offset
+
+
+def layout(decl: BufferDecl, target: Target, loops: Mapping[str, LoopVar]) -> Layout:
+    itemsize = decl.dtype.itemsize
+    multiple = target.row_multiple(decl.memory)
+    width = (decl.shape[-1] if decl.shape else 1) * itemsize
+    row = -(-width // multiple) * multiple // itemsize
+    return Layout(tuple(loops[p].extent for p in decl.partial_loops), decl.shape, row)
+
+
+# ---------------------------------------------------------------- the plan of a kernel
+
+
+@dataclass(frozen=True)
+class Launch:
+    """The part of a kernel that runs on the DPUs, started once per iteration of the host
+    loops around it."""
+
+    grid: tuple[LoopVar, ...]  # rank and dpu loops, outermost first
+    host_loops: tuple[LoopVar, ...]  # host loops around the launch, outermost first
+    mram: tuple[BufferDecl, ...]
+    loads: tuple[Load, ...]  # host -> MRAM, before the launch
+    stores: tuple[Store, ...]  # MRAM -> host, after it
+    device: tuple[Node, ...]  # what the DPU program runs
+
+    def level_units(self, level: str) -> int:
+        return math.prod(v.extent for v in self.grid if v.where == level)
+
+
+@dataclass(frozen=True)
+class HostLoop:
+    var: LoopVar
+    body: tuple[HostNode, ...]
+
+
+HostNode = Node | HostLoop | Launch
+
+
+@dataclass(frozen=True)
+class KernelPlan:
+    kernel: Kernel
+    ident: str  # the kernel's C name: dpu_<ident>.c, run_<ident>
+    body: tuple[HostNode, ...]  # the host's part, the launch in place
+    launch: Launch
+    loops: Mapping[str, LoopVar]  # every loop of the kernel, by name
+    buffers: Mapping[str, BufferDecl]  # every buffer it can name (globals included)
+    tasklets: int  # NR_TASKLETS: the most tasklet units it uses at once
+
+    def layout(self, name: str, target: Target) -> Layout:
+        return layout(self.buffers[name], target, self.loops)
+
+
+def plan_program(program: Program, target: Target) -> list[KernelPlan]:
+    names = Names(("host", "standin", "check", "clean", "all"))
+    return [plan_kernel(k, program, target, names(k.name)) for k in program.kernels]
+
+
+def plan_kernel(kernel: Kernel, program: Program, target: Target, ident: str) -> KernelPlan:
+    loops = {n.var.name: n.var for n in walk(kernel.body) if isinstance(n, Loop)}
+    buffers = {d.name: d for d in program.globals}
+    buffers.update({n.buffer.name: n.buffer for n in walk(kernel.body) if isinstance(n, Alloc)})
+    splitter = _Splitter(kernel, buffers)
+    body = splitter.host_body(kernel.body, ())
+    if len(splitter.launches) != 1:
+        raise EmitError(f"kernel {kernel.name}: expected one part that runs on the DPUs, got "
+                        f"{len(splitter.launches)}")
+    launch = splitter.launches[0]
+    for level, count in (("rank", target.ranks), ("dpu", target.dpus_per_rank)):
+        if launch.level_units(level) > count:
+            raise EmitError(f"kernel {kernel.name}: its {level} loops need "
+                            f"{launch.level_units(level)} units, the program allocates {count}")
+    return KernelPlan(kernel, ident, body, launch, loops, buffers,
+                      max(_tasklet_regions(launch.device), default=1))
+
+
+def _is_grid(var: LoopVar) -> bool:
+    return var.kind is LoopKind.PARALLEL and var.where in ("rank", "dpu")
+
+
+def _is_tasklet_loop(node: Node) -> bool:
+    return (isinstance(node, Loop) and node.var.kind is LoopKind.PARALLEL
+            and node.var.where == "tasklet")
+
+
+def _tasklet_chain(loop: Loop) -> tuple[list[LoopVar], tuple[Node, ...]]:
+    """Directly nested tasklet loops (one region of tasklets) and their innermost body."""
+    chain, body = [loop.var], loop.body
+    while len(body) == 1 and _is_tasklet_loop(body[0]):
+        inner = body[0]
+        assert isinstance(inner, Loop)
+        chain.append(inner.var)
+        body = inner.body
+    return chain, body
+
+
+def _tasklet_regions(nodes: tuple[Node, ...]) -> list[int]:
+    """Tasklet units of every region (outermost tasklet loop chain) in `nodes`."""
+    units = []
+    for node in nodes:
+        if _is_tasklet_loop(node):
+            assert isinstance(node, Loop)
+            chain, _ = _tasklet_chain(node)
+            units.append(math.prod(v.extent for v in chain))
+        elif isinstance(node, Loop):
+            units.extend(_tasklet_regions(node.body))
+    return units
+
+
+class _Splitter:
+    """Splits a kernel's nest into the host's part and the launch (the DPUs' part)."""
+
+    def __init__(self, kernel: Kernel, buffers: Mapping[str, BufferDecl]) -> None:
+        self.kernel = kernel
+        self.buffers = buffers
+        self.launches: list[Launch] = []
+
+    def memory(self, buffer: str) -> str:
+        if buffer not in self.buffers:
+            raise EmitError(f"kernel {self.kernel.name}: no buffer named {buffer}")
+        return self.buffers[buffer].memory
+
+    def on_host(self, node: Node) -> bool:
+        if isinstance(node, Loop):
+            return node.var.where == "host"
+        if isinstance(node, Alloc):
+            return node.buffer.memory == "host"
+        if isinstance(node, Fill):
+            return self.memory(node.buffer) == "host"
+        return isinstance(node, Combine)
+
+    def host_body(self, nodes: tuple[Node, ...], around: tuple[LoopVar, ...]
+                  ) -> tuple[HostNode, ...]:
+        out: list[HostNode] = []
+        run: list[Node] = []  # consecutive nodes that run on the DPUs
+
+        def flush() -> None:
+            if run:
+                self.launches.append(self.launch(tuple(run), around))
+                out.append(self.launches[-1])
+                run.clear()
+
+        for node in nodes:
+            if not self.on_host(node):
+                run.append(node)
+                continue
+            flush()
+            if isinstance(node, Loop):
+                out.append(HostLoop(node.var, self.host_body(node.body, around + (node.var,))))
+            else:
+                out.append(node)
+        flush()
+        return tuple(out)
+
+    def launch(self, nodes: tuple[Node, ...], around: tuple[LoopVar, ...]) -> Launch:
+        grid: list[LoopVar] = []
+        while len(nodes) == 1 and isinstance(nodes[0], Loop) and _is_grid(nodes[0].var):
+            grid.append(nodes[0].var)
+            nodes = nodes[0].body
+        for node in walk(nodes):
+            if isinstance(node, Loop) and node.var.where in ("rank", "dpu", "host"):
+                raise EmitError(f"kernel {self.kernel.name}: the {node.var.where} loop "
+                                f"{node.var.name} is not directly around the DPUs' part")
+        mram = tuple(n.buffer for n in nodes if isinstance(n, Alloc) and n.buffer.memory == "mram")
+        names = {d.name for d in mram}
+        loads = [n for n in nodes if isinstance(n, Load) and n.dst in names]
+        stores = [n for n in nodes if isinstance(n, Store) and n.src in names]
+        device = tuple(n for n in nodes if n not in loads and n not in stores
+                       and not (isinstance(n, Alloc) and n.buffer.name in names))
+        self._check_order(nodes, loads, stores, device)
+        return Launch(tuple(grid), around, mram, tuple(loads), tuple(stores), device)
+
+    def _check_order(self, nodes: tuple[Node, ...], loads: list[Load], stores: list[Store],
+                     device: tuple[Node, ...]) -> None:
+        """Host transfers can only happen before and after a launch."""
+        positions = [i for i, n in enumerate(nodes) if any(n is d for d in device)]
+        first, last = (positions[0], positions[-1]) if positions else (len(nodes), -1)
+        for i, node in enumerate(nodes):
+            if (node in loads and i > first) or (node in stores and i < last):
+                raise EmitError(f"kernel {self.kernel.name}: {node} sits between DPU "
+                                f"statements; the host can only move data around a launch")
+
+
+# ---------------------------------------------------------------- the DPU program
+
+
+@dataclass(frozen=True)
+class DpuProgram:
+    """One kernel's DPU program and what the host and the stand-in need to know of it."""
+
+    ident: str  # dpu_<ident>
+    source: str
+    args_type: str  # struct <args_type>: set by the host before each launch
+    args_fields: Mapping[str, str]  # loop variable -> field (plus "active")
+    symbols: tuple[tuple[str, str], ...]  # (C name, "wram" | "mram") of every global
+    mram_names: Mapping[str, str]  # IR buffer -> C name of its MRAM array
+    tasklets: int
+    stack_bytes: int  # STACK_SIZE_DEFAULT: what wram.reserved leaves per tasklet
+
+
+DPU_RESERVED = (
+    "me", "args", "tasklet", "read_mram", "write_mram", "tile_points", "sync_tasklets",
+    "mram_read", "mram_write", "barrier_wait", "mem_alloc", "mem_reset", "BARRIER_INIT",
+    "NR_TASKLETS", "STACK_SIZE_DEFAULT", "symbols", "sysname_t", "barrier_t", "done",
+    "from", "to", "bytes", "src", "dst", "active", "pad")
+
+
+class DpuWriter(CStyle):
+    """Renders dpu_<kernel>.c from a kernel's plan."""
+
+    def __init__(self, plan: KernelPlan, workload: Workload, target: Target) -> None:
+        super().__init__()
+        self.plan = plan
+        self.workload = workload
+        self.target = target
+        self.names = Names(DPU_RESERVED)
+        self.extents = {name: var.extent for name, var in plan.loops.items()}
+        self.outer = {v.name for v in plan.launch.grid + plan.launch.host_loops}
+        self.outer_used: set[str] = set()
+        self.wram: dict[str, tuple[BufferDecl, int]] = {}  # WRAM array -> (decl, tiles)
+        self.tiles: dict[str, str] = {}  # WRAM buffer -> C name of this unit's tile
+        self.mram_names = {d.name: self.names(f"buf:{d.name}", d.name)
+                           for d in plan.launch.mram}
+        self.region_units = 1  # tasklet units of the region being rendered
+        self.uses_tasklet = False
+        self.uses_barrier = False
+        self.uses_math = False
+
+    @property
+    def kernel(self) -> str:
+        return self.plan.kernel.name
+
+    # -- the whole file ----------------------------------------------------------
+
+    def render(self) -> DpuProgram:
+        launch = self.plan.launch
+        body = Code()
+        body.depth = 1
+        self.device(body, launch.device)
+        args_type = self.names("struct", f"{self.plan.ident}_args")
+        fields = {"active": "active"} | {v.name: self.names(f"var:{v.name}", v.name)
+                                         for v in launch.grid + launch.host_loops}
+        mram_names = self.mram_names
+        code = Code()
+        self.header(code)
+        self.declarations(code, args_type, fields, mram_names)
+        self.main(code, body, fields)
+        symbols = (("args", "wram"),) + tuple((n, "mram") for n in mram_names.values()) + \
+            tuple((self.names(f"buf:{n}"), "wram") for n in self.wram)
+        args_bytes = 4 * (len(fields) + len(fields) % 2)
+        stack = max(DMA_ALIGN, (self.target.wram.reserved - args_bytes)
+                    // self.plan.tasklets // DMA_ALIGN * DMA_ALIGN)
+        return DpuProgram(self.plan.ident, code.text(), args_type, fields, symbols,
+                          mram_names, self.plan.tasklets, stack)
+
+    def header(self, code: Code) -> None:
+        kernel = self.plan.kernel
+        code(f"/* dpu_{self.plan.ident}.c: the DPU program of kernel {kernel.name} of "
+             f"{self.workload.name}, generated by synth.")
+        code(" *")
+        for name in kernel.statements:
+            stmt = self.workload.statement(name)
+            code(f" *   {statement_text(stmt.target, stmt.indices, stmt.op, stmt.expr)}")
+        code(" *")
+        code(" * Each DPU computes the tile its rank and dpu loop indices (args) select; its")
+        code(" * tasklets share the tile along the tasklet loops. Built with the UPMEM SDK")
+        code(f" * (dpu-upmem-dpurte-clang -DNR_TASKLETS={self.plan.tasklets}), or into the "
+             f"host program")
+        code(" * against synth's stand-in runtime by `make check`.")
+        code(" */")
+        code("#include <stdint.h>")
+        if self.uses_math:
+            code("#include <math.h>")
+        code()
+        code("#include <defs.h>")
+        code("#include <mram.h>")
+        if self.uses_barrier:
+            code("#include <barrier.h>")
+        code()
+        code(f"#if NR_TASKLETS < {self.plan.tasklets}")
+        code(f'#error "kernel {kernel.name} runs {self.plan.tasklets} tasklets: build with '
+             f'-DNR_TASKLETS={self.plan.tasklets}"')
+        code("#endif")
+        code()
+
+    def declarations(self, code: Code, args_type: str, fields: Mapping[str, str],
+                     mram_names: Mapping[str, str]) -> None:
+        code.comment("Set by the host before each launch: whether this DPU has a tile, and "
+                     "the indices of the loops around it")
+        with code.block(f"struct {args_type}"):
+            for var, name in fields.items():
+                loop = self.plan.loops.get(var)
+                note = f" /* {loop.symbol} = {loop.extent} */" if loop else ""
+                code(f"uint32_t {name};{note}")
+            if len(fields) % 2:
+                code("uint32_t pad; /* a multiple of 8 bytes */")
+        code.lines[-1] += ";"
+        code(f"__host struct {args_type} args;")
+        code()
+        code.comment("MRAM: this DPU's tiles, rows padded to 8 bytes; the host fills and "
+                     "drains them")
+        for decl in self.plan.launch.mram:
+            size = self.plan.layout(decl.name, self.target).size
+            code(f"__mram_noinit {self.ctype(decl.dtype)} {mram_names[decl.name]}[{size}]; "
+                 f"/* {describe(decl)} */")
+        code()
+        code.comment("WRAM: one tile per tasklet")
+        for name, (decl, tiles) in self.wram.items():
+            size = self.plan.layout(name, self.target).size
+            code(f"static __dma_aligned {self.ctype(decl.dtype)} {self.names(f'buf:{name}')}"
+                 f"[{tiles}][{size}]; /* {describe(decl)} */")
+        if self.uses_barrier:
+            code()
+            code("BARRIER_INIT(sync_tasklets, NR_TASKLETS);")
+        for definition in self.helpers.values():
+            code()
+            for line in definition.splitlines():
+                code(line)
+        code()
+
+    def main(self, code: Code, body: Code, fields: Mapping[str, str]) -> None:
+        with code.function("int main(void)"):
+            if self.uses_tasklet:
+                code("const uint32_t tasklet = me();")
+            with code.block("if (!args.active)"):
+                code(f"return 0; /* no tile of kernel {self.kernel} on this DPU */")
+            for var in sorted(self.outer_used, key=list(fields).index):
+                code(f"const uint32_t {fields[var]} = args.{fields[var]};")
+            code.lines.extend(body.lines)
+            code("return 0;")
+
+    # -- names -------------------------------------------------------------------
+
+    def var(self, name: str) -> str:
+        """A loop variable in C; the host's loops reach the DPU through args."""
+        if name in self.outer:
+            self.outer_used.add(name)
+        return self.names(f"var:{name}", name)
+
+    def ident(self, name: str) -> str:
+        """C name of a loop variable, or of a local the writer made (keys start with #)."""
+        return self.names(name) if name.startswith("#") else self.var(name)
+
+    def index(self, value: Affine) -> str:
+        return self.affine(value, self.ident).code
+
+    def barrier(self, code: Code) -> None:
+        if self.plan.tasklets > 1:
+            self.uses_barrier = True
+            code("barrier_wait(&sync_tasklets);")
+
+    # -- code that every tasklet runs ----------------------------------------------
+
+    def device(self, code: Code, nodes: tuple[Node, ...]) -> None:
+        """Nodes outside tasklet loops: every tasklet runs the loops, tasklet 0 alone the
+        rest; a barrier separates what one tasklet wrote in MRAM from what another reads."""
+        written: set[str] = set()
+        read: set[str] = set()
+        for item in _items(nodes):
+            if isinstance(item, Alloc):
+                self.alloc(code, item.buffer, "0")
+                continue
+            reads, writes = mram_access(item if isinstance(item, tuple) else (item,))
+            if (reads & written) or (writes & read):
+                self.barrier(code)
+                written.clear()
+                read.clear()
+            if isinstance(item, tuple):
+                self.solo(code, item)
+            elif isinstance(item, Loop) and _is_tasklet_loop(item):
+                self.region(code, item)
+            elif isinstance(item, Loop):
+                self.sequential(code, item)
+            written |= writes
+            read |= reads
+
+    def solo(self, code: Code, nodes: tuple[Node, ...]) -> None:
+        """Work outside any tasklet loop: tasklet 0 does it, the others wait."""
+        if self.plan.tasklets == 1:
+            self.unit(code, nodes, "0")
+            return
+        self.uses_tasklet = True
+        with code.block("if (tasklet == 0)", "no tasklet loop around this: one tasklet"):
+            self.unit(code, nodes, "0")
+        self.barrier(code)
+
+    def sequential(self, code: Code, node: Loop) -> None:
+        var = node.var
+        with self.for_loop(code, self.var(var.name), var.extent,
+                           f"{var.symbol} = {var.extent}: steps at {var.where}"):
+            self.device(code, node.body)
+            reads, writes = mram_access(node.body)
+            if reads & writes:  # the next step reads what another tasklet wrote
+                self.barrier(code)
+
+    def region(self, code: Code, loop: Loop) -> None:
+        chain, body = _tasklet_chain(loop)
+        units = math.prod(v.extent for v in chain)
+        self.uses_tasklet = True
+        head = f"if (tasklet < {units})" if units < self.plan.tasklets else ""
+        with code.block(head, ", ".join(f"{v.name} < {v.symbol} = {v.extent}" for v in chain)
+                        + " tasklets"):
+            stride = units
+            for v in chain:
+                stride //= v.extent
+                at = "tasklet" if stride == 1 else f"tasklet / {stride}"
+                if v is not chain[0]:
+                    at += f" % {v.extent}"
+                code(f"const uint32_t {self.var(v.name)} = {at};")
+            self.region_units = units
+            self.unit(code, body, "tasklet")
+            self.region_units = 1
+
+    # -- one unit's code -------------------------------------------------------------
+
+    def unit(self, code: Code, nodes: tuple[Node, ...], unit: str) -> None:
+        """The code of one tasklet unit (`unit` is its tile index)."""
+        for node in nodes:
+            if isinstance(node, Loop) and node.var.kind is LoopKind.SEQUENTIAL:
+                with self.for_loop(code, self.var(node.var.name), node.var.extent,
+                                   f"{node.var.symbol} = {node.var.extent}"):
+                    self.unit(code, node.body, unit)
+            elif isinstance(node, Alloc):
+                self.alloc(code, node.buffer, unit)
+            elif isinstance(node, Load):
+                self.dma(code, node.dst, node.src, read=True)
+            elif isinstance(node, Store):
+                self.dma(code, node.src, node.dst, read=False)
+            elif isinstance(node, Compute):
+                self.compute(code, node)
+            elif isinstance(node, Fill):
+                self.fill(code, node)
+            else:
+                raise EmitError(f"kernel {self.kernel}: cannot run {type(node).__name__} "
+                                f"{_node_name(node)} inside a DPU program")
+
+    def alloc(self, code: Code, decl: BufferDecl, unit: str) -> None:
+        """A WRAM tile: an array with one tile per tasklet unit, and this unit's pointer."""
+        tiles = self.region_units if unit == "tasklet" else 1
+        if decl.memory != "wram":
+            raise EmitError(f"kernel {self.kernel}: buffer {decl.name} in {decl.memory} is "
+                            f"allocated inside the DPUs' part; only WRAM tiles can be")
+        if decl.partial_loops:
+            raise EmitError(f"kernel {self.kernel}: WRAM buffer {decl.name} holds partial "
+                            f"results; the emitter expects those in MRAM and on the host")
+        known = self.wram.get(decl.name)
+        if known is not None and known[0] != decl:
+            raise EmitError(f"kernel {self.kernel}: two WRAM buffers named {decl.name}")
+        self.wram[decl.name] = (decl, max(tiles, known[1] if known else 1))
+        array = self.names(f"buf:{decl.name}", decl.name)
+        tile = self.names(f"tile:{decl.name}", decl.tensor)
+        self.tiles[decl.name] = tile
+        code(f"{self.ctype(decl.dtype)} *const {tile} = {array}[{unit}]; "
+             f"/* {decl.name}: {describe(decl)} */")
+
+    def fill(self, code: Code, node: Fill) -> None:
+        decl = self.plan.buffers[node.buffer]
+        if node.buffer not in self.tiles:
+            raise EmitError(f"kernel {self.kernel}: cannot fill {node.buffer} in "
+                            f"{decl.memory} on a DPU")
+        size = self.plan.layout(node.buffer, self.target).size
+        k = self.names("#k", "k")
+        self.uses_math = self.uses_math or not math.isfinite(node.value)
+        with self.for_loop(code, k, size, f"fill {node.buffer} = {node.value}"):
+            code(f"{self.tiles[node.buffer]}[{k}] = {self.fill_value(node.value, decl.dtype)};")
+
+    # -- transfers -----------------------------------------------------------------
+
+    def dma(self, code: Code, wram_name: str, mram_name: str, read: bool) -> None:
+        wram, mram = self.plan.buffers[wram_name], self.plan.buffers[mram_name]
+        what = f"{'load' if read else 'store'} {wram_name} {'<-' if read else '->'} {mram_name}"
+        if wram.memory != "wram" or mram.memory != "mram" or wram_name not in self.tiles:
+            raise EmitError(f"kernel {self.kernel}: {what}: a DPU moves data between an "
+                            f"MRAM buffer and an allocated WRAM tile only")
+        w, m = (self.plan.layout(n, self.target) for n in (wram_name, mram_name))
+        itemsize = wram.dtype.itemsize
+        diffs = [wram.origin[a] - mram.origin[a] for a in range(len(wram.shape))]
+        part = partial_offset(m, mram.partial_loops)
+        contiguous = len(wram.shape) <= 1 or wram.shape[1:] == mram.shape[1:]
+        fn = self.mover(read)
+        code.comment(what)
+        if contiguous:
+            start = part + affine_sum(scale(d, s) for d, s in zip(diffs, m.strides, strict=True))
+            self.check_run(start, itemsize, w.size * itemsize, what)
+            ends = (f"&{self.mram_names[mram_name]}[{self.index(start)}]",
+                    self.tiles[wram_name])
+            code(f"{fn}({ends[0] if read else ends[1]}, {ends[1] if read else ends[0]}, "
+                 f"{w.size * itemsize});")
+            return
+        self.rows(code, wram, mram, w, m, part, diffs, fn, read, what)
+
+    def rows(self, code: Code, wram: BufferDecl, mram: BufferDecl, w: Layout, m: Layout,
+             part: Affine, diffs: list[Affine], fn: str, read: bool, what: str) -> None:
+        """A tile whose rows are not contiguous in MRAM: one run per row (a loop over each
+        leading axis with more than one row)."""
+        last = len(wram.shape) - 1
+        axes = [a for a in range(last) if wram.shape[a] > 1]
+        keys = {a: f"#row:{a}" for a in axes}
+        rows = {a: self.names(k, f"row{a}" if len(axes) > 1 else "row") for a, k in keys.items()}
+        start = part + scale(diffs[last], 1) + affine_sum(
+            scale(diffs[a] + (term(keys[a]) if a in keys else Affine()), m.strides[a])
+            for a in range(last))
+        offset = affine_sum(term(keys[a], w.strides[a]) for a in axes)
+        self.check_run(start, wram.dtype.itemsize, w.row * wram.dtype.itemsize, what)
+        for a in axes:
+            code(f"for ({self.index_type} {rows[a]} = 0; {rows[a]} < {wram.shape[a]}; {rows[a]}++)")
+            code.depth += 1
+        ends = (f"&{self.mram_names[mram.name]}[{self.index(start)}]",
+                f"&{self.tiles[wram.name]}[{self.index(offset)}]")
+        code(f"{fn}({ends[0] if read else ends[1]}, {ends[1] if read else ends[0]}, "
+             f"{w.row * wram.dtype.itemsize});")
+        code.depth -= len(axes)
+
+    def check_run(self, start: Affine, itemsize: int, size: int, what: str) -> None:
+        """Refuse to emit a DMA the hardware would reject (the verifier should have)."""
+        rules = self.target.wram.rules
+        if (start.const * itemsize) % DMA_ALIGN or any(
+                (c * itemsize) % DMA_ALIGN for _, c in start.terms):
+            raise EmitError(f"kernel {self.kernel}: {what}: a run may start at element "
+                            f"{start} ({itemsize}-byte elements), not {DMA_ALIGN}-byte aligned")
+        if size < rules.min_bytes:
+            raise EmitError(f"kernel {self.kernel}: {what}: {size}-byte runs, below the "
+                            f"{rules.min_bytes}-byte minimum of a DMA")
+
+    def mover(self, read: bool) -> str:
+        """read_mram/write_mram: mram_read/mram_write in runs of at most the DMA maximum."""
+        name, call = ("read_mram", "mram_read") if read else ("write_mram", "mram_write")
+        mram_end = "const __mram_ptr void *from" if read else "__mram_ptr void *to"
+        wram_end = "void *to" if read else "const void *from"
+        head = f"static void {name}({mram_end if read else wram_end}, " \
+               f"{wram_end if read else mram_end}, uint32_t bytes)"
+        limit = self.target.dma_max
+        if limit is None:
+            return self.helper(name, f"{head}\n{{\n    {call}(from, to, bytes);\n}}")
+        src = "const __mram_ptr uint8_t *src = from;" if read else "const uint8_t *src = from;"
+        dst = "uint8_t *dst = to;" if read else "__mram_ptr uint8_t *dst = to;"
+        return self.helper(name, "\n".join([
+            f"/* {call} moves {DMA_ALIGN}..{limit} bytes per call: longer runs go in pieces */",
+            head, "{", f"    {src}", f"    {dst}",
+            f"    for (uint32_t done = 0; done < bytes; done += {limit})",
+            f"        {call}(src + done, dst + done, bytes - done < {limit} ? bytes - done : "
+            f"{limit});",
+            "}"]))
+
+    # -- computes ------------------------------------------------------------------
+
+    def compute(self, code: Code, node: Compute) -> None:
+        stmt = self.workload.statement(node.statement)
+        points = ", ".join(f"{d}: {t}" for d, t in zip(node.dims, node.tile, strict=True))
+        code.comment(f"{statement_text(stmt.target, stmt.indices, stmt.op, stmt.expr)}  "
+                     f"[{points}]")
+        depth = code.depth
+        for d, origin, tile in zip(node.dims, node.origin, node.tile, strict=True):
+            var = self.names(f"#dim:{d}", d)
+            bound: str | int = tile
+            if origin.max_value(self.extents) + tile > stmt.extents[d]:  # a ragged tile
+                bound = f"{self.points_helper()}({self.index(origin)}, {tile}, " \
+                        f"{stmt.extents[d]})"
+            code(f"for ({self.index_type} {var} = 0; {var} < {bound}; {var}++)")
+            code.depth += 1
+        real = "float" if stmt.dtype.is_float else "double"
+        value = self.expr(stmt.expr, lambda acc: self.element(node, acc), self.workload.tensors,
+                          real)
+        target = Typed(self.element(node, Access(stmt.target, stmt.indices)), stmt.dtype.is_float)
+        result = self.reduce_step(stmt.op, target, value, real)
+        code(f"{target.code} = {self.cast(result, stmt.dtype)};")
+        code.depth = depth
+        self.uses_math = self.uses_math or _uses_math(stmt.expr)
+
+    def element(self, node: Compute, access: Access) -> str:
+        """`access` of one iteration point as an element of its WRAM tile."""
+        buffer = node.out if access.tensor == self.workload.statement(node.statement).target \
+            else node.operands[access.tensor]
+        decl = self.plan.buffers[buffer]
+        if decl.dims != access.indices or buffer not in self.tiles:
+            raise EmitError(f"kernel {self.kernel}: compute {node.statement} reads "
+                            f"{access.tensor}[{', '.join(access.indices)}] from {buffer}, whose "
+                            f"axes are {decl.dims}; the emitter needs them to match")
+        lay = self.plan.layout(buffer, self.target)
+        index = affine_sum(
+            scale(node.origin[node.dims.index(d)] - decl.origin[a] + term(f"#dim:{d}"), stride)
+            for a, (d, stride) in enumerate(zip(decl.dims, lay.strides, strict=True)))
+        return f"{self.tiles[buffer]}[{self.index(index)}]"
+
+    def points_helper(self) -> str:
+        return self.helper("tile_points", (
+            "/* Points of a tile that lie inside the tensor: a ragged last tile has fewer */\n"
+            "static inline uint32_t tile_points(uint32_t first, uint32_t tile, "
+            "uint32_t extent)\n"
+            "{\n    return first >= extent ? 0 : extent - first < tile ? extent - first : "
+            "tile;\n}"))
+
+
+def _uses_math(expr: Expr) -> bool:
+    """Whether C needs <math.h> for `expr`: functions, or an infinite or NaN literal."""
+    return any((isinstance(n, Call) and n.fn not in ("max", "min", "relu", "recip"))
+               or (isinstance(n, Num) and not math.isfinite(n.value)) for n in expr_nodes(expr))
+
+
+def mram_access(nodes: tuple[Node, ...]) -> tuple[set[str], set[str]]:
+    """Buffers that `nodes` load from and store to (the MRAM buffers, on a DPU)."""
+    every = tuple(walk(nodes))
+    return ({n.src for n in every if isinstance(n, Load)},
+            {n.dst for n in every if isinstance(n, Store)})
+
+
+def _items(nodes: tuple[Node, ...]) -> list[Node | tuple[Node, ...]]:
+    """Loops and allocations one by one; the other nodes grouped in runs."""
+    items: list[Node | tuple[Node, ...]] = []
+    run: list[Node] = []
+    for node in nodes:
+        if isinstance(node, Loop | Alloc):
+            if run:
+                items.append(tuple(run))
+                run = []
+            items.append(node)
+        else:
+            run.append(node)
+    if run:
+        items.append(tuple(run))
+    return items
+
+
+def describe(decl: BufferDecl) -> str:
+    """`f32[2x128] at x[r_i*256 + t_i*128, 0]`, as the IR printer writes a buffer."""
+    shape = "x".join(str(n) for n in decl.shape)
+    text = f"{decl.dtype.value}[{shape}] at {decl.tensor}[{', '.join(map(str, decl.origin))}]" \
+        if decl.shape else f"{decl.dtype.value}[] {decl.tensor}"
+    if decl.partial_loops:
+        text += f", partials over ({', '.join(decl.partial_loops)})"
+    return text
+
+
+def _node_name(node: Node) -> str:
+    for attr in ("buffer", "target", "statement", "dst"):
+        value = getattr(node, attr, None)
+        if value is not None:
+            return value.name if isinstance(value, BufferDecl) else str(value)
+    return ""
+
+
+# ---------------------------------------------------------------- the host program
+
+
+HOST_RESERVED = (
+    "set", "dpu", "each", "args", "a", "rank", "member", "stage", "tile", "acc", "part",
+    "elem", "ok", "read_tensor", "write_tensor", "tile_points", "NR_RANKS",
+    "NR_DPUS_PER_RANK", "NR_DPUS", "STAGE_BYTES", "compare_float", "compare_int32_t",
+    "compare_int16_t", "compare_int8_t")
+
+
+class HostWriter(CStyle):
+    """Renders host.c from the plans of every kernel."""
+
+    index_type = "size_t"
+
+    def __init__(self, program: Program, workload: Workload, target: Target) -> None:
+        super().__init__()
+        self.program = program
+        self.workload = workload
+        self.target = target
+        self.names = Names(HOST_RESERVED)
+        self.stage_bytes = 8
+        self.statics: dict[str, tuple[BufferDecl, Layout]] = {}  # host buffers, by C name
+        self.tensor_names = {d.name: self.names(f"tensor:{d.name}", d.name)
+                             for d in program.globals}
+        self.touched = {t.name for t in workload.inputs + workload.outputs}
+        self.file_helpers()  # first: the comparisons use them
+
+    def render(self, plans: Sequence[KernelPlan], dpus: Sequence[DpuProgram]) -> str:
+        kernels = Code()
+        for plan, dpu in zip(plans, dpus, strict=True):
+            self.kernel(kernels, plan, dpu)
+            kernels()
+        main = Code()
+        self.main(main, plans)
+        code = Code()
+        self.header(code, plans)
+        self.globals(code, dpus)
+        for definition in self.helpers.values():
+            for line in definition.splitlines():
+                code(line)
+            code()
+        code.lines.extend(kernels.lines + main.lines)
+        return code.text()
+
+    # -- file parts ----------------------------------------------------------------
+
+    def header(self, code: Code, plans: Sequence[KernelPlan]) -> None:
+        counts = ", ".join(f"{k} = {v}" for k, v in self.program.counts.items())
+        sizes = ", ".join(f"{k}={v}" for k, v in self.workload.sizes.items())
+        code(f"/* host.c: the host program of {self.workload.name} ({sizes}) on "
+             f"{self.program.hardware}, generated by synth.")
+        code(" *")
+        code(f" * Schedule: {counts}: {self.target.ranks} x {self.target.dpus_per_rank} DPUs "
+             f"allocated once for all kernels.")
+        code(f" * Kernels, in order: {', '.join(p.kernel.name for p in plans)}. Each loads its "
+             f"DPU binary, packs")
+        code(" * every DPU's tiles and moves them to MRAM, launches, moves results back and "
+             "combines")
+        code(" * partial results of split reductions on the host.")
+        code(" *")
+        code(" * Data (raw little-endian arrays, row-major): reads data/input_<tensor>.bin, "
+             "writes")
+        code(" * data/output_<tensor>.bin and compares it with data/expected_<tensor>.bin "
+             "within the")
+        code(" * tolerance synth uses (floats; integers exactly). Exits 1 on a mismatch.")
+        code(" */")
+        for header in ("dpu.h", "math.h", "stdint.h", "stdio.h", "stdlib.h", "string.h"):
+            code(f"#include <{header}>")
+        code()
+        code(f"#define NR_RANKS {self.target.ranks} /* R */")
+        code(f"#define NR_DPUS_PER_RANK {self.target.dpus_per_rank} /* D */")
+        code("#define NR_DPUS (NR_RANKS * NR_DPUS_PER_RANK)")
+        code(f"#define STAGE_BYTES {self.stage_bytes}")
+        code()
+
+    def globals(self, code: Code, dpus: Sequence[DpuProgram]) -> None:
+        code.comment("Tensors, row-major (those the host touches)")
+        for decl in self.program.globals:
+            if decl.name not in self.touched:
+                continue
+            tensor = self.workload.tensors[decl.name]
+            dims = ", ".join(f"{n}={s}" if n != str(s) else str(s)
+                             for n, s in zip(tensor.dim_names, tensor.shape, strict=True))
+            code(f"static {self.ctype(decl.dtype)} {self.tensor_names[decl.name]}"
+                 f"[{max(1, math.prod(decl.shape))}]; /* {tensor.role.value} "
+                 f"{tensor.name}: {decl.dtype.value}[{dims}] */")
+        if self.statics:
+            code()
+            code.comment("Partial results of split reductions, one copy of the tensor per unit")
+        for name, (decl, lay) in self.statics.items():
+            code(f"static {self.ctype(decl.dtype)} {name}[{lay.size}]; /* {describe(decl)} */")
+        code()
+        code.comment("Tiles packed for the DPUs (rows padded to 8 bytes), on their way to or "
+                     "from MRAM")
+        code("static uint8_t *stage;")
+        code()
+        for dpu in dpus:
+            with code.block(f"struct {dpu.args_type}"):
+                for name in dpu.args_fields.values():
+                    code(f"uint32_t {name};")
+                if len(dpu.args_fields) % 2:
+                    code("uint32_t pad;")
+            code.lines[-1] += ";"
+        code()
+
+    def main(self, code: Code, plans: Sequence[KernelPlan]) -> None:
+        with code.function("int main(void)"):
+            code("struct dpu_set_t set;")
+            code("int ok = 1;")
+            code()
+            with code.block("if (!(stage = malloc(STAGE_BYTES)))"):
+                code('fprintf(stderr, "cannot allocate %d bytes of staging\\n", STAGE_BYTES);')
+                code("return 2;")
+            for tensor in self.workload.inputs:
+                name = self.tensor_names[tensor.name]
+                code(f'read_tensor("data/input_{tensor.name}.bin", {name}, sizeof {name});')
+            code("DPU_ASSERT(dpu_alloc(NR_DPUS, NULL, &set));")
+            for plan in plans:
+                code(f"run_{plan.ident}(set);")
+            code("DPU_ASSERT(dpu_free(set));")
+            code()
+            for tensor in self.workload.outputs:
+                name = self.tensor_names[tensor.name]
+                code(f'write_tensor("data/output_{tensor.name}.bin", {name}, sizeof {name});')
+                compare = self.compare_helper(tensor.dtype)
+                tolerance = ", ".join(str(t) for t in TOLERANCES[tensor.dtype]) \
+                    if tensor.dtype.is_float else ""
+                code(f'ok &= {compare}("{tensor.name}", {name}, "data/expected_{tensor.name}'
+                     f'.bin", {math.prod(tensor.shape)}{", " + tolerance if tolerance else ""});')
+            with code.block("if (!ok)"):
+                code(f'fprintf(stderr, "{self.workload.name} on upmem: the outputs differ from '
+                     f'the reference\\n");')
+                code("return 1;")
+            code(f'printf("{self.workload.name} on upmem: every output matches the '
+                 f'reference\\n");')
+            code("free(stage);")
+            code("return 0;")
+
+    # -- one kernel ------------------------------------------------------------------
+
+    def kernel(self, code: Code, plan: KernelPlan, dpu: DpuProgram) -> None:
+        launch = plan.launch
+        units = " x ".join(f"{v.symbol} = {v.extent}" for v in launch.grid) or "1"
+        for name in plan.kernel.statements:
+            stmt = self.workload.statement(name)
+            code.comment(f"kernel {plan.kernel.name}: "
+                         f"{statement_text(stmt.target, stmt.indices, stmt.op, stmt.expr)}")
+        code.comment(f"on {units} DPUs of {plan.tasklets} tasklets")
+        with code.function(f"static void run_{plan.ident}(struct dpu_set_t set)"):
+            code(f"static struct {dpu.args_type} args[NR_DPUS];")
+            code("struct dpu_set_t dpu;")
+            code("uint32_t each;")
+            code()
+            code(f'DPU_ASSERT(dpu_load(set, "./dpu_{plan.ident}", NULL));')
+            self.host_nodes(code, plan, dpu, plan.body)
+
+    def host_nodes(self, code: Code, plan: KernelPlan, dpu: DpuProgram,
+                   nodes: tuple[HostNode, ...]) -> None:
+        for node in nodes:
+            if isinstance(node, HostLoop):
+                var = node.var
+                with self.for_loop(code, self.var(var.name), var.extent,
+                                   f"{var.symbol} = {var.extent}: one launch per step"):
+                    self.host_nodes(code, plan, dpu, node.body)
+            elif isinstance(node, Launch):
+                self.launch(code, plan, dpu)
+            elif isinstance(node, Alloc):
+                self.static(plan, node.buffer.name)
+            elif isinstance(node, Fill):
+                self.fill(code, plan, node)
+            elif isinstance(node, Combine):
+                self.combine(code, plan, node)
+            else:
+                raise EmitError(f"kernel {plan.kernel.name}: cannot run "
+                                f"{type(node).__name__} on the host")
+
+    def var(self, name: str) -> str:
+        return self.names(f"var:{name}", name)
+
+    def buffer(self, plan: KernelPlan, name: str) -> str:
+        """The C array of a host buffer: a tensor, or a static of partial results."""
+        if name in self.tensor_names and plan.buffers[name] in self.program.globals:
+            self.touched.add(name)
+            return self.tensor_names[name]
+        return self.static(plan, name)
+
+    def static(self, plan: KernelPlan, name: str) -> str:
+        ident = self.names(f"{plan.ident}:{name}", name)
+        self.statics[ident] = (plan.buffers[name], plan.layout(name, self.target))
+        return ident
+
+    def fill(self, code: Code, plan: KernelPlan, node: Fill) -> None:
+        decl = plan.buffers[node.buffer]
+        size = plan.layout(node.buffer, self.target).size
+        array = self.buffer(plan, node.buffer)
+        value = self.fill_value(node.value, decl.dtype)
+        if size == 1:
+            code(f"{array}[0] = {value}; /* fill {node.buffer} */")
+            return
+        with self.for_loop(code, "elem", size, f"fill {node.buffer} = {node.value}"):
+            code(f"{array}[elem] = {value};")
+
+    def combine(self, code: Code, plan: KernelPlan, node: Combine) -> None:
+        target, partials = plan.buffers[node.target], plan.buffers[node.partials]
+        lay = plan.layout(node.partials, self.target)
+        count, ctype = math.prod(lay.partials), self.ctype(target.dtype)
+        real = "float" if target.dtype.is_float else "double"
+        dest, source = self.buffer(plan, node.target), self.buffer(plan, node.partials)
+        code.comment(f"combine {node.target} {node.op.value} the {count} partial results in "
+                     f"{node.partials} (over {', '.join(partials.partial_loops)})")
+        elem = "elem" if lay.instance > 1 else "0"
+        at = self.affine(term("part", lay.instance) + (term("elem") if lay.instance > 1
+                                                       else Affine())).code
+        with (self.for_loop(code, "elem", lay.instance) if lay.instance > 1
+              else code.block("")):
+            code(f"{ctype} acc = {source}[{elem}];")
+            acc = Typed("acc", target.dtype.is_float)
+            step = self.reduce_step(node.op, acc, Typed(f"{source}[{at}]", acc.is_float), real)
+            code(f"for (size_t part = 1; part < {count}; part++)")
+            code(f"    acc = {self.cast(step, target.dtype)};")
+            final = self.reduce_step(node.op, Typed(f"{dest}[{elem}]", acc.is_float), acc, real)
+            code(f"{dest}[{elem}] = {self.cast(final, target.dtype)};")
+
+    # -- a launch --------------------------------------------------------------------
+
+    def launch(self, code: Code, plan: KernelPlan, dpu: DpuProgram) -> None:
+        launch = plan.launch
+        fields = dpu.args_fields
+        code.comment("which DPU runs which unit of the rank and dpu loops (DPU d: rank d / D, "
+                     "dpu d % D)")
+        with code.block("DPU_FOREACH(set, dpu, each)"):
+            code("const uint32_t rank = each / NR_DPUS_PER_RANK, "
+                 "member = each % NR_DPUS_PER_RANK;")
+            code(f"struct {dpu.args_type} *const a = &args[each];")
+            code(f"a->active = rank < {launch.level_units('rank')} && "
+                 f"member < {launch.level_units('dpu')};")
+            for level, at in (("rank", "rank"), ("dpu", "member")):
+                vars_ = [v for v in launch.grid if v.where == level]
+                stride = math.prod(v.extent for v in vars_)
+                for v in vars_:
+                    stride //= v.extent
+                    code(f"a->{fields[v.name]} = {at}{f' / {stride}' if stride > 1 else ''} "
+                         f"% {v.extent};")
+            for v in launch.host_loops:
+                code(f"a->{fields[v.name]} = (uint32_t){self.var(v.name)};")
+            code("DPU_ASSERT(dpu_prepare_xfer(dpu, a));")
+        code(f'DPU_ASSERT(dpu_push_xfer(set, DPU_XFER_TO_DPU, "args", 0, '
+             f'sizeof(struct {dpu.args_type}), DPU_XFER_DEFAULT));')
+        for load in launch.loads:
+            self.load(code, plan, dpu, load)
+        code("DPU_ASSERT(dpu_launch(set, DPU_SYNCHRONOUS));")
+        for store in launch.stores:
+            self.store(code, plan, dpu, store)
+
+    def load(self, code: Code, plan: KernelPlan, dpu: DpuProgram, load: Load) -> None:
+        child, parent = plan.buffers[load.dst], plan.buffers[load.src]
+        used = self.used_vars(child, parent)
+        key = [v for v in plan.launch.grid if v.name in used]
+        size = plan.layout(load.dst, self.target).size * child.dtype.itemsize
+        slots = math.prod(v.extent for v in key)
+        self.stage_bytes = max(self.stage_bytes, slots * size)
+        ctype, symbol = self.ctype(child.dtype), dpu.mram_names[load.dst]
+        if not key:
+            code.comment(f"load {load.dst} <- {load.src}: the same tile for every DPU")
+            with code.block(""):
+                code(f"{ctype} *const tile = ({ctype} *)stage;")
+                self.copy(code, plan, child, parent, pack=True)
+            code(f'DPU_ASSERT(dpu_broadcast_to(set, "{symbol}", 0, stage, {size}, '
+                 f'DPU_XFER_DEFAULT));')
+            return
+        varying = ", ".join(v.name for v in key)
+        code.comment(f"load {load.dst} <- {load.src}: {slots} tiles (one per {varying}), "
+                     f"DPUs with the same {varying} share one")
+        slot = affine_sum(term(v.name, math.prod(k.extent for k in key[i + 1:]))
+                          for i, v in enumerate(key))
+        with contextlib.ExitStack() as loops:
+            for v in key:
+                loops.enter_context(self.for_loop(code, self.var(v.name), v.extent))
+            at = self.affine(slot, self.var)
+            code(f"{ctype} *const tile = ({ctype} *)(stage + "
+                 f"{at.code if at.prec >= MUL else f'({at.code})'} * {size});")
+            self.copy(code, plan, child, parent, pack=True)
+        with code.block("DPU_FOREACH(set, dpu, each)"):
+            code("if (!args[each].active)")
+            code("    continue;")
+            index = self.affine(slot, lambda v: f"(size_t)args[each].{dpu.args_fields[v]}")
+            wrapped = index.code if index.prec >= MUL else f"({index.code})"
+            code(f"DPU_ASSERT(dpu_prepare_xfer(dpu, stage + {wrapped} * {size}));")
+        code(f'DPU_ASSERT(dpu_push_xfer(set, DPU_XFER_TO_DPU, "{symbol}", 0, {size}, '
+             f'DPU_XFER_DEFAULT));')
+
+    def store(self, code: Code, plan: KernelPlan, dpu: DpuProgram, store: Store) -> None:
+        child, parent = plan.buffers[store.src], plan.buffers[store.dst]
+        size = plan.layout(store.src, self.target).size * child.dtype.itemsize
+        self.stage_bytes = max(self.stage_bytes, self.target.ranks
+                               * self.target.dpus_per_rank * size)
+        ctype, symbol = self.ctype(child.dtype), dpu.mram_names[store.src]
+        code.comment(f"store {store.src} -> {store.dst}: every DPU's tile, then unpacked")
+        with code.block("DPU_FOREACH(set, dpu, each)"):
+            code("if (args[each].active)")
+            code(f"    DPU_ASSERT(dpu_prepare_xfer(dpu, stage + (size_t)each * {size}));")
+        code(f'DPU_ASSERT(dpu_push_xfer(set, DPU_XFER_FROM_DPU, "{symbol}", 0, {size}, '
+             f'DPU_XFER_DEFAULT));')
+        with code.block("DPU_FOREACH(set, dpu, each)"):
+            code("if (!args[each].active)")
+            code("    continue;")
+            used = self.used_vars(child, parent)
+            for v in plan.launch.grid:
+                if v.name in used:
+                    code(f"const size_t {self.var(v.name)} = args[each]."
+                         f"{dpu.args_fields[v.name]};")
+            code(f"const {ctype} *const tile = (const {ctype} *)(stage + (size_t)each * {size});")
+            self.copy(code, plan, child, parent, pack=False)
+
+    def used_vars(self, child: BufferDecl, parent: BufferDecl) -> set[str]:
+        """Loop variables a host<->MRAM copy depends on."""
+        used = {v for origin in child.origin for v, _ in origin.terms}
+        used |= {v for origin in parent.origin for v, _ in origin.terms}
+        return used | set(parent.partial_loops)
+
+    def copy(self, code: Code, plan: KernelPlan, child: BufferDecl, parent: BufferDecl,
+             pack: bool) -> None:
+        """Copy one DPU's MRAM tile between `tile` (laid out as in MRAM) and the host buffer,
+        skipping the elements outside the tensor."""
+        cl, pl = (plan.layout(n, self.target) for n in (child.name, parent.name))
+        extents = self.workload.tensors[child.tensor].shape
+        loops = {name: var.extent for name, var in plan.loops.items()}
+        outer = {v.name for v in plan.launch.grid + plan.launch.host_loops}
+        for loop in parent.partial_loops:
+            if loop not in child.partial_loops and loop not in outer:
+                raise EmitError(f"kernel {plan.kernel.name}: {parent.name} has partial results "
+                                f"over {loop}, which neither {child.name} nor the loops around "
+                                f"the launch provide")
+        for loop in child.partial_loops:
+            if loop not in parent.partial_loops:
+                raise EmitError(f"kernel {plan.kernel.name}: {child.name} has partial results "
+                                f"over {loop} but {parent.name} has nowhere to keep them")
+        depth = code.depth
+        for loop, extent in zip(child.partial_loops, cl.partials, strict=True):
+            code(f"for (size_t {self.var(loop)} = 0; {self.var(loop)} < {extent}; "
+                 f"{self.var(loop)}++) /* partial results of {loop} */")
+            code.depth += 1
+        rank = len(child.shape)
+        ragged = [child.origin[a].max_value(loops) + child.shape[a] > extents[a]
+                  for a in range(rank)]
+        # a loop over each leading axis, unless it has one row that is always inside
+        keys = {a: f"#k:{a}" for a in range(rank - 1) if child.shape[a] > 1 or ragged[a]}
+        coords = [child.origin[a] + (term(keys[a]) if a in keys else Affine())
+                  for a in range(rank)]
+        for a, key in keys.items():
+            k = self.names(key, f"k{a}")
+            code(f"for (size_t {k} = 0; {k} < {child.shape[a]}; {k}++) {{")
+            code.depth += 1
+            if ragged[a]:
+                code(f"if ({self.affine(coords[a], self.ident).code} >= {extents[a]})")
+                code("    break; /* past the tensor's edge */")
+        count = "1"
+        if rank:
+            first, width = coords[-1], child.shape[-1]
+            count = str(width)
+            if first.max_value(loops) + width > extents[-1]:
+                count = f"{self.points_helper()}({self.affine(first, self.ident).code}, " \
+                        f"{width}, {extents[-1]})"
+        tile_at = self.partial_index(cl, child.partial_loops) + affine_sum(
+            term(key, cl.strides[a]) for a, key in keys.items())
+        host_at = self.partial_index(pl, parent.partial_loops) + affine_sum(
+            scale(coords[a] - parent.origin[a], pl.strides[a]) for a in range(rank))
+        ends = (f"&tile[{self.affine(tile_at, self.ident).code}]",
+                f"&{self.buffer(plan, parent.name)}[{self.affine(host_at, self.ident).code}]")
+        size = "sizeof *tile" if count == "1" else f"{count} * sizeof *tile"
+        code(f"memcpy({ends[0] if pack else ends[1]}, {ends[1] if pack else ends[0]}, {size});")
+        for _ in keys:
+            code.depth -= 1
+            code("}")
+        code.depth = depth
+
+    def ident(self, name: str) -> str:
+        return self.names(name) if name.startswith("#") else self.var(name)
+
+    def partial_index(self, lay: Layout, loops: Iterable[str]) -> Affine:
+        """Where the partial result of the running values of `loops` starts."""
+        return partial_offset(lay, loops)
+
+    # -- helpers ---------------------------------------------------------------------
+
+    def points_helper(self) -> str:
+        return self.helper("tile_points", (
+            "/* Elements of a tile's row that lie inside the tensor (a ragged tile has fewer) "
+            "*/\n"
+            "static size_t tile_points(size_t first, size_t tile, size_t extent)\n"
+            "{\n    return first >= extent ? 0 : extent - first < tile ? extent - first : "
+            "tile;\n}"))
+
+    def file_helpers(self) -> None:
+        self.helper("read_tensor", "\n".join([
+            "static void read_tensor(const char *path, void *data, size_t bytes)", "{",
+            '    FILE *file = fopen(path, "rb");',
+            "    if (!file || fread(data, 1, bytes, file) != bytes) {",
+            '        fprintf(stderr, "cannot read %zu bytes from %s\\n", bytes, path);',
+            "        exit(2);", "    }", "    fclose(file);", "}"]))
+        self.helper("write_tensor", "\n".join([
+            "static void write_tensor(const char *path, const void *data, size_t bytes)", "{",
+            '    FILE *file = fopen(path, "wb");',
+            "    if (!file || fwrite(data, 1, bytes, file) != bytes || fclose(file) != 0) {",
+            '        fprintf(stderr, "cannot write %zu bytes to %s\\n", bytes, path);',
+            "        exit(2);", "    }", "}"]))
+
+    def compare_helper(self, dtype: DType) -> str:
+        ctype = self.ctype(dtype)
+        name = f"compare_{ctype}"
+        if dtype.is_float:
+            return self.helper(name, FLOAT_COMPARE.replace("CTYPE", ctype).replace("NAME", name))
+        return self.helper(name, INT_COMPARE.replace("CTYPE", ctype).replace("NAME", name))
+
+
+FLOAT_COMPARE = """\
+/* Whether `actual` matches the reference as synth.reference.compare decides: elementwise
+ * |actual - expected| <= atol * scale + rtol * |expected|, scale the largest finite
+ * |expected| (1 if all are zero); NaN must match NaN and infinities match exactly. */
+static int NAME(const char *name, const CTYPE *actual, const char *path, size_t n,
+                double rtol, double atol)
+{
+    CTYPE *expected = malloc(n * sizeof *expected);
+    double scale = 0, max_abs = 0, max_rel = 0;
+    size_t bad = 0, first = 0;
+    if (!expected)
+        exit(2);
+    read_tensor(path, expected, n * sizeof *expected);
+    for (size_t i = 0; i < n; i++)
+        if (isfinite(expected[i]) && fabs(expected[i]) > scale)
+            scale = fabs(expected[i]);
+    if (scale == 0)
+        scale = 1;
+    for (size_t i = 0; i < n; i++) {
+        double want = expected[i], got = actual[i];
+        int ok = (isnan(want) && isnan(got)) || want == got;
+        if (isfinite(want) && isfinite(got)) {
+            double diff = fabs(got - want), rel = diff / fmax(fabs(want), atol * scale);
+            ok = diff <= atol * scale + rtol * fabs(want);
+            max_abs = diff > max_abs ? diff : max_abs;
+            max_rel = rel > max_rel ? rel : max_rel;
+        }
+        if (!ok && bad++ == 0)
+            first = i;
+    }
+    if (bad)
+        fprintf(stderr, "%s: %zu of %zu elements differ from the reference; the first, "
+                "element %zu, is %.9g where %.9g is expected (rtol %g, atol %g x %g)\\n",
+                name, bad, n, first, (double)actual[first], (double)expected[first], rtol,
+                atol, scale);
+    else
+        printf("%s: %zu elements match the reference (max abs err %.3g, max rel err %.3g)\\n",
+               name, n, max_abs, max_rel);
+    free(expected);
+    return bad == 0;
+}"""
+
+INT_COMPARE = """\
+/* Whether `actual` equals the reference exactly (integers). */
+static int NAME(const char *name, const CTYPE *actual, const char *path, size_t n)
+{
+    CTYPE *expected = malloc(n * sizeof *expected);
+    size_t bad = 0, first = 0;
+    if (!expected)
+        exit(2);
+    read_tensor(path, expected, n * sizeof *expected);
+    for (size_t i = 0; i < n; i++)
+        if (actual[i] != expected[i] && bad++ == 0)
+            first = i;
+    if (bad)
+        fprintf(stderr, "%s: %zu of %zu elements differ from the reference; the first, "
+                "element %zu, is %ld where %ld is expected\\n",
+                name, bad, n, first, (long)actual[first], (long)expected[first]);
+    else
+        printf("%s: %zu elements match the reference exactly\\n", name, n);
+    free(expected);
+    return bad == 0;
+}"""
+
+
+# ---------------------------------------------------------------- the other files
+
+
+def glue(dpu: DpuProgram) -> str:
+    """standin_dpu_<kernel>.c: the DPU program compiled into the host for `make check`."""
+    lines = [
+        f"/* Stand-in glue for dpu_{dpu.ident}.c (make check only, not part of the SDK "
+        f"build): compiles",
+        " * the DPU program into the host program and lists its globals for the stand-in "
+        "runtime. */",
+        '#include "standin.h"',
+        f"#define main dpu_main_{dpu.ident}",
+        f'#include "dpu_{dpu.ident}.c"',
+        "#undef main",
+        "",
+        "static const struct standin_symbol symbols[] = {",
+    ]
+    lines += [f"    STANDIN_{memory.upper()}({name})," for name, memory in dpu.symbols]
+    lines += ["};", f"STANDIN_PROGRAM(dpu_{dpu.ident}, dpu_main_{dpu.ident}, symbols)", ""]
+    return "\n".join(lines)
+
+
+def makefile(program: Program, workload: Workload, target: Target,
+             dpus: Sequence[DpuProgram]) -> str:
+    sizes = ", ".join(f"{k}={v}" for k, v in workload.sizes.items())
+    limits = (f"-DSTANDIN_WRAM_BYTES={target.wram.capacity} "
+              f"-DSTANDIN_MRAM_BYTES={target.mram.capacity} "
+              f"-DSTANDIN_DMA_MAX={target.dma_max or 2048}")
+    kernels = " ".join(d.ident for d in dpus)
+    lines = [
+        f"# {workload.name} ({sizes}) on {program.hardware}, generated by synth.",
+        "#",
+        "#   make        build host and dpu_<kernel> with the UPMEM SDK",
+        "#   make check  build with plain cc against synth's host-side stand-in for the UPMEM",
+        "#               runtime (upmem_runtime/) and run: succeeds only when every output",
+        "#               matches the reference data and no DPU rule was broken",
+        "",
+        "DPU_CC ?= dpu-upmem-dpurte-clang",
+        "HOST_CC ?= gcc",
+        "DPU_CFLAGS ?= -O2 -fwrapv",
+        "HOST_CFLAGS ?= -O2 -fwrapv",
+        "CHECK_CFLAGS ?= -O2 -fwrapv -std=gnu11 -pthread -Wall",
+        f"STANDIN = -Iupmem_runtime {limits}",
+        f"KERNELS = {kernels}",
+        "",
+        "all: host $(KERNELS:%=dpu_%)",
+        "",
+        "host: host.c",
+        "\t$(HOST_CC) $(HOST_CFLAGS) -o $@ host.c `dpu-pkg-config --cflags --libs dpu` -lm",
+    ]
+    for dpu in dpus:
+        flags = f"-DNR_TASKLETS={dpu.tasklets} -DSTACK_SIZE_DEFAULT={dpu.stack_bytes}"
+        lines += ["", f"dpu_{dpu.ident}: dpu_{dpu.ident}.c",
+                  f"\t$(DPU_CC) $(DPU_CFLAGS) {flags} -o $@ dpu_{dpu.ident}.c",
+                  f"standin_dpu_{dpu.ident}.o: standin_dpu_{dpu.ident}.c dpu_{dpu.ident}.c "
+                  f"upmem_runtime/*.h",
+                  f"\t$(CC) $(CHECK_CFLAGS) $(STANDIN) {flags} -c -o $@ "
+                  f"standin_dpu_{dpu.ident}.c"]
+    lines += [
+        "",
+        "check: host_standin",
+        "\t./host_standin",
+        "",
+        "host_standin: host_standin.o standin.o $(KERNELS:%=standin_dpu_%.o)",
+        "\t$(CC) $(CHECK_CFLAGS) -o $@ $^ -lm",
+        "",
+        "host_standin.o: host.c upmem_runtime/dpu.h",
+        "\t$(CC) $(CHECK_CFLAGS) $(STANDIN) -c -o $@ host.c",
+        "",
+        "standin.o: upmem_runtime/standin.c upmem_runtime/*.h",
+        "\t$(CC) $(CHECK_CFLAGS) $(STANDIN) -c -o $@ upmem_runtime/standin.c",
+        "",
+        "clean:",
+        "\trm -f host host_standin *.o $(KERNELS:%=dpu_%) data/output_*.bin",
+        "",
+        ".PHONY: all check clean",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _remove_stale(out: Path) -> None:
+    """Files an earlier emission into the same directory left (other kernels, builds)."""
+    for pattern in ("dpu_*", "standin_dpu_*.c", "*.o", "host", "host_standin",
+                    "data/output_*.bin"):
+        for path in out.glob(pattern):
+            if path.is_file():
+                path.unlink()
+
+
+def _copy_runtime(dest: Path) -> list[Path]:
+    dest.mkdir(parents=True, exist_ok=True)
+    source = resources.files("synth.emit").joinpath("upmem_runtime")
+    written = []
+    for name in RUNTIME_FILES:
+        path = dest / name
+        path.write_bytes(source.joinpath(name).read_bytes())
+        written.append(path)
+    return written
+
+
+def _write_data(data: Path, workload: Workload, inputs: Mapping[str, np.ndarray],
+                expected: Mapping[str, np.ndarray]) -> list[Path]:
+    written = []
+    for kind, tensors, values in (("input", workload.inputs, inputs),
+                                  ("expected", workload.outputs, expected)):
+        for tensor in tensors:
+            if tensor.name not in values:
+                raise EmitError(f"no {kind} data for tensor {tensor.name}")
+            array = np.asarray(values[tensor.name])
+            if array.shape != tensor.shape:
+                raise EmitError(f"{kind} data for {tensor.name} has shape {array.shape}, "
+                                f"expected {tensor.shape}")
+            path = data / f"{kind}_{tensor.name}.bin"
+            np.ascontiguousarray(array, dtype=tensor.dtype.numpy.newbyteorder("<")) \
+                .tofile(path)
+            written.append(path)
+    return written
+
+
