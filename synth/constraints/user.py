@@ -33,9 +33,17 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from synth.constraints import expr as ex
 from synth.constraints.cost import Model
-from synth.constraints.space import ConstraintSet, NamedConstraint, var_name
+from synth.constraints.fusion import illegal_reason
+from synth.constraints.space import (
+    FUSION_PREFIX,
+    ConstraintSet,
+    NamedConstraint,
+    is_fusion_decision,
+    var_name,
+)
 from synth.errors import InputError
 from synth.hardware import Hardware
+from synth.workload import Statement
 
 UNDROPPABLE = {
     "implied": "its constraints are redundant bounds, true of every schedule",
@@ -224,6 +232,37 @@ def parse_fix(text: str, cset: ConstraintSet,
     return NamedConstraint(f"user.fix.{name}", meaning, ex.Cmp(term, "==", ex.const(number)))
 
 
+def _check_fusion_fix(model: Model, text: str) -> None:
+    """`--fix fuse.m_e=1` for a fusion that is not a candidate: say why, in the
+    workload's terms (which statement consumes what inside which pass)."""
+    name = text.partition("=")[0].strip()
+    if not is_fusion_decision(name) or name in model.constraints.decisions:
+        return
+    kernel = name.removeprefix(FUSION_PREFIX)
+    where = f"--fix {text}"
+    for spec in model.kernels:
+        if spec.name == kernel:
+            raise InputError(f"{where}: kernel {kernel} is the only kernel that can run "
+                             f"{', '.join(s.name for s in spec.statements)}: it is always used")
+    members = _statements_named(model.workload.statements, kernel)
+    if members:
+        reason = illegal_reason(model.workload, members) or "not a candidate kernel"
+        names = ", ".join(model.workload.statements[i].name for i in members)
+        raise InputError(f"{where}: statements {names} cannot be fused: {reason}")
+
+
+def _statements_named(statements: Sequence[Statement], kernel: str) -> list[int] | None:
+    """The statements whose names, joined by `_`, spell `kernel` (as `kernel_name` does)."""
+    if not kernel:
+        return []
+    for index, stmt in enumerate(statements):
+        if kernel == stmt.name or kernel.startswith(stmt.name + "_"):
+            rest = _statements_named(statements, kernel[len(stmt.name) + 1:])
+            if rest is not None and index not in rest:
+                return [index, *rest]
+    return None
+
+
 def folded_factors(model: Model) -> dict[str, int]:
     """Factors the model folded to a constant (one candidate value), by variable name."""
     out: dict[str, int] = {}
@@ -241,6 +280,7 @@ def user_constraints(model: Model, constraints: Sequence[str],
            for k, text in enumerate(constraints, start=1)]
     fixed: set[str] = set()
     for text in fixes:
+        _check_fusion_fix(model, text)
         constraint = parse_fix(text, cset, constants)
         if constraint.group in fixed:
             raise InputError(f"--fix {text}: {constraint.group.removeprefix('user.fix.')} "
