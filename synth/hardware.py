@@ -33,6 +33,9 @@ class Level:
     # > 1 when units share their parent's pipeline, which needs this many of them to issue
     # one instruction per cycle (UPMEM tasklets: 11). 1 means units are independent.
     issue_share: int = 1
+    # time for the units of one parent to meet at a barrier (0: not modelled); what an
+    # on-device combine of partial results pays besides the combining itself
+    barrier_ps: int = 0
 
     @property
     def is_root(self) -> bool:

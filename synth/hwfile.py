@@ -64,8 +64,8 @@ _COUNT_RANGE = re.compile(r"^\s*(\d+)\s*\.\.\s*(\d+|auto)\s*$")
 # unknown key can be reported with the closest valid one.
 _TOP_KEYS = ("name", "description", "launch", "level", "memory", "compute", "host")
 _TOP_REQUIRED = ("name", "launch", "level", "memory", "compute", "host")
-_LEVEL_KEYS = ("name", "symbol", "count", "issue_share")
-_LEVEL_FIELDS = ("symbol", "count", "issue_share")  # what --hw-set may change on a level
+_LEVEL_KEYS = ("name", "symbol", "count", "issue_share", "barrier")
+_LEVEL_FIELDS = ("symbol", "count", "issue_share", "barrier")  # what --hw-set may change on a level
 _MEMORY_KEYS = ("name", "level", "instance_level", "capacity", "reserved", "symbol", "latency",
                 "bandwidth", "shared_by", "transfer", "detect")
 _MEMORY_FIELDS = tuple(k for k in _MEMORY_KEYS if k not in ("name", "transfer"))
@@ -535,29 +535,31 @@ def _lanes(value: object, where: _Where) -> dict[str, int]:
     return lanes
 
 
-def _level(entry: dict[str, Any], is_root: bool, where: _Where) -> Level:
+def _level(entry: dict[str, Any], is_root: bool, where: _Where, clock_hz: int) -> Level:
     """One `[[level]]`. The root (the first) has exactly one unit, so no symbol or count."""
     required = ("name",) if is_root else ("name", "symbol", "count")
     _check_keys(entry, _LEVEL_KEYS, required, where)
     name = _string(entry["name"], where.at("name"))
     if is_root:
-        for key in ("symbol", "count", "issue_share"):
+        for key in ("symbol", "count", "issue_share", "barrier"):
             if key in entry:
                 raise where.at(key).error("the root level (the first [[level]]) has exactly "
                                           f"one unit and takes no {key!r}")
         return Level(name=name, symbol=None, count_min=1, count_max=1)
     low, high = _unit(parse_count, entry["count"], where.at("count"))
     issue_share = _integer(entry.get("issue_share", 1), where.at("issue_share"), 1)
+    barrier = _unit(lambda v: parse_time(v, clock_hz), entry.get("barrier", 0),
+                    where.at("barrier"))
     return Level(name=name, symbol=_string(entry["symbol"], where.at("symbol")),
-                 count_min=low, count_max=high, issue_share=issue_share)
+                 count_min=low, count_max=high, issue_share=issue_share, barrier_ps=barrier)
 
 
-def _levels(value: object, where: _Where) -> tuple[Level, ...]:
+def _levels(value: object, where: _Where, clock_hz: int) -> tuple[Level, ...]:
     entries = _tables(value, where.at("level"), "level")
     levels: list[Level] = []
     for index, entry in enumerate(entries):
         entry_where = _entry_where(where, "level", entry, index)
-        level = _level(entry, index == 0, entry_where)
+        level = _level(entry, index == 0, entry_where, clock_hz)
         if any(other.name == level.name for other in levels):
             raise entry_where.at("name").error(f"duplicate level name {level.name!r}")
         levels.append(level)
@@ -708,7 +710,7 @@ def _build_hardware(tree: Mapping[str, Any], where: _Where, source: str = "") ->
     if "description" in tree and not isinstance(tree["description"], str):
         raise where.at("description").error(f"expected a string, got {tree['description']!r}")
     compute = _compute(tree["compute"], where.at("compute"))
-    levels = _levels(tree["level"], where)
+    levels = _levels(tree["level"], where, compute.clock_hz)
     memories = _memories(tree["memory"], levels, compute.clock_hz, where)
     _check_symbols(levels, memories, where)
     return Hardware(

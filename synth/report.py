@@ -108,6 +108,13 @@ def _factor_meanings(outcome: Outcome) -> dict[str, str]:
             names = ", ".join(s.name for s in spec.statements)
             meanings[decision.name] = (f"1 when kernel {spec.name} runs {names}"
                                        + (" fused" if len(spec.statements) > 1 else ""))
+    for kernel, slots_combined in model.combines.items():
+        for index, term in slots_combined.items():
+            if isinstance(term, ex.Var) and kernel in used:
+                level = slots[index].name
+                meanings[term.name] = (f"1 when kernel {kernel} combines its {_plural(level)}' "
+                                       f"partial results on the device (after a barrier), "
+                                       f"0 on the host")
     for (kernel, dim, index), term in model.factors.terms.items():
         if not isinstance(term, ex.Var) or kernel not in used:
             continue  # a candidate kernel the schedule does not use: its factors mean nothing

@@ -149,9 +149,14 @@ def rewrite_nodes(nodes: tuple[Node, ...], fn: Rewrite) -> tuple[Node, ...]:
 
 
 def rewrite(program: Program, kernel: str, fn: Rewrite) -> Program:
-    """`program` with `fn` applied to the nodes of one kernel (which must exist)."""
+    """`program` with `fn` applied to the nodes of one kernel (which must exist): the
+    kernel of that name, or else the one that runs the statement of that name (which
+    the optimum may have fused with others)."""
     names = [k.name for k in program.kernels]
-    assert kernel in names, f"no kernel {kernel} in {names}"
+    if kernel not in names:
+        owners = [k.name for k in program.kernels if kernel in k.statements]
+        assert owners, f"no kernel {kernel} in {names}"
+        kernel = owners[0]
     kernels = tuple(dataclasses.replace(k, body=rewrite_nodes(k.body, fn))
                     if k.name == kernel else k for k in program.kernels)
     return dataclasses.replace(program, kernels=kernels)

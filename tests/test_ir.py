@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -137,23 +137,32 @@ def test_printer_shows_every_node() -> None:
 
 
 def test_partial_results_are_always_combined() -> None:
-    """Whenever a kernel allocates partial results of a split reduction, it combines them
-    into the target with the statement's operator, after the loops that produce them."""
-    seen = 0
+    """Whenever a kernel allocates partial results of a split reduction, on the host or in
+    a memory the units share (an on-device combine), it combines them into the target
+    with the statement's operator, after the loops that produce them."""
+    seen = {"host": 0, "device": 0}
     for name, program in printed_programs():
         for kernel in program.kernels:
-            allocs = [n.buffer for n in walk(kernel.body) if isinstance(n, Alloc)]
-            partials = [b for b in allocs if b.name.endswith("_partials")]
+            allocs = {n.buffer.name: n.buffer for n in walk(kernel.body)
+                      if isinstance(n, Alloc)}
+            partials = [b for b in allocs.values()
+                        if b.name.endswith(("_partials", "_combine"))]
             combines = [n for n in walk(kernel.body) if isinstance(n, Combine)]
             assert sorted(c.partials for c in combines) == sorted(b.name for b in partials), \
                 (name, kernel.name)
             for buffer in partials:
                 assert buffer.partial_loops, (name, buffer)
                 combine = next(c for c in combines if c.partials == buffer.name)
-                assert combine.target == buffer.tensor
-                assert isinstance(kernel.body[-1], Combine), (name, kernel.name)
-                seen += 1
-    assert seen > 0, "no program split a reduction"
+                if buffer.memory == program.root_memory:
+                    assert combine.target == buffer.tensor
+                    assert isinstance(kernel.body[-1], Combine), (name, kernel.name)
+                    seen["host"] += 1
+                else:  # into the tile of the same tensor in the memory outside the units
+                    target = allocs[combine.target]
+                    assert target.tensor == buffer.tensor and target.shape == buffer.shape
+                    assert target.memory != buffer.memory
+                    seen["device"] += 1
+    assert all(seen.values()), seen
 
 
 # ---------------------------------------------------------------- built-ins validate
@@ -273,16 +282,25 @@ def test_temporary_never_stored_is_caught() -> None:
         run_interpreter(SOFTMAX, broken)
 
 
-@pytest.mark.parametrize("case, kernel", [(SOFTMAX, "m"), (SOFTMAX, "s"), (RED, "s")],
+@pytest.mark.parametrize("case, statement", [(SOFTMAX, "m"), (SOFTMAX, "s"), (RED, "s")],
                          ids=["softmax-max", "softmax-sum", "red"])
-def test_dropped_combine_is_caught(case: Case, kernel: str) -> None:
+def test_dropped_combine_is_caught(case: Case, statement: str) -> None:
+    """Each combine, on the device or on the host, is needed: dropping any one of them
+    changes the result."""
     program = optimal_program(case)
-    assert count_nodes(program, Combine, kernel) == 1, "the optimum no longer splits"
+    kernel = next(k.name for k in program.kernels if statement in k.statements)
+    combines = count_nodes(program, Combine, kernel)
+    assert combines >= 1, "the optimum no longer splits"
     assert pipeline.validate(program, build(case).workload).passed
-    broken = mutated(program, kernel, lambda n: None if isinstance(n, Combine) else n)
-    result = pipeline.validate(broken, build(case).workload)
-    assert result.passed is False
-    assert result.max_abs_err > 0
+    for victim in range(combines):
+        seen = iter(range(combines))
+
+        def drop(node: Node, victim: int = victim, seen: Iterator[int] = seen) -> Node | None:
+            return None if isinstance(node, Combine) and next(seen) == victim else node
+
+        result = pipeline.validate(mutated(program, kernel, drop), build(case).workload)
+        assert result.passed is False, victim
+        assert result.max_abs_err > 0
 
 
 def test_two_units_writing_one_element_are_caught() -> None:
@@ -472,7 +490,7 @@ def test_f16_split_sum_validates() -> None:
     case = Case.of("f16sum", "upmem", {}, SMALL_UPMEM, text=F16_SUM)
     cset = build(case).model.constraints
     env = cset.complete({"ext.s.i": 16, "R.s.i": 1, "D.s.i": 4, "M.s.i": 1, "T.s.i": 1,
-                         "Q.s.i": 4})
+                         "Q.s.i": 4, "combine.s.tasklet": 0})
     assert cset.violated(env) == []
     program = materialize(build(case).model, env)
     verify(program, build(case).workload, build(case).hw)
@@ -500,4 +518,5 @@ def test_buffers_live_in_the_hardware_memories() -> None:
                         assert buffer.name == f"{buffer.tensor}_partials", (name, buffer)
                     else:
                         assert buffer.memory in below_root, (name, buffer)
-                        assert buffer.name == f"{buffer.tensor}_{buffer.memory}"
+                        assert buffer.name in (f"{buffer.tensor}_{buffer.memory}",
+                                               f"{buffer.tensor}_{buffer.memory}_combine")

@@ -48,9 +48,11 @@ def check_program(program: Program, workload: Workload, model: Model, env: Mappi
     check_capacity_boundary(program, workload, model, env, hw_name, HARDWARE[hw_name])
     combines = {n.partials for k in program.kernels for n in walk(k.body)
                 if isinstance(n, Combine)}
+    # partials on the host, and on-device combine buffers, are each combined exactly once
     partials = {n.buffer.name for k in program.kernels for n in walk(k.body)
                 if isinstance(n, Alloc) and n.buffer.partial_loops
-                and n.buffer.memory == model.hw.root_memory.name}
+                and (n.buffer.memory == model.hw.root_memory.name
+                     or n.buffer.name.endswith("_combine"))}
     assert combines == partials, tag
     validation = pipeline.validate(program, workload)
     assert validation.passed, (tag, validation.per_output)

@@ -81,10 +81,20 @@ class KernelTerms:
     kernel: KernelSpec
     factors: Factors
     hw: Hardware
+    # spatial slot -> 0/1: partial results split across its units are combined on the
+    # device (through a memory they share, after a barrier) rather than on the host
+    combined: Mapping[int, ex.Int] = field(default_factory=dict)
 
     @property
     def slots(self) -> tuple[Slot, ...]:
         return self.factors.slots
+
+    def split_units(self, slot: int, dims: Sequence[str]) -> ex.Int:
+        """Units of spatial `slot` that hand on separate partial results of a reduction
+        over `dims`: none beyond one when they combine them on the device."""
+        units = self.units(slot, dims)
+        on_device = self.combined.get(slot)
+        return units if on_device is None else ex.select(_is_one(on_device), 1, units)
 
     def f(self, dim: str, slot: int) -> ex.Int:
         return self.factors.of(self.kernel.name, dim, slot)
@@ -132,8 +142,8 @@ class KernelTerms:
         below it that holds its own share of a dimension reduced into the tensor."""
         if not use.written:
             return ex.ONE
-        reduced = [d for d in self.kernel.reduced if d not in use.indices]
-        return ex.mul(*(self.units(s, reduced) for s in self.spatial_inside(slot)))
+        reduced = reduced_into(self.kernel, use)
+        return ex.mul(*(self.split_units(s, reduced) for s in self.spatial_inside(slot)))
 
     def resident(self, slot: int) -> list[TensorUse]:
         """The tensors with a tile in the memory at `slot`: all but the kernel's local
@@ -224,6 +234,8 @@ class Model:
     factors: Factors
     constraints: ConstraintSet
     chosen: Mapping[str, ex.Int] = field(default_factory=dict)
+    # kernel -> spatial slot -> 0/1 term: its units combine partial results on the device
+    combines: Mapping[str, Mapping[int, ex.Int]] = field(default_factory=dict)
 
     @property
     def slots(self) -> tuple[Slot, ...]:
@@ -244,7 +256,7 @@ def build_model(workload: Workload, hw: Hardware, kernels: Sequence[KernelSpec],
     factors = build_factors(kernels, hw, slots)
     domains = dict(factors.domains)
     chosen, cover = fusion_choices(workload, kernels, domains)
-    terms = [KernelTerms(k, factors, hw) for k in kernels]
+    terms = [with_combine_choices(KernelTerms(k, factors, hw), domains) for k in kernels]
     constraints: list[NamedConstraint] = list(cover)
     for kt in terms:
         own = (tiling_constraints(kt) + capacity_constraints(kt, workload)
@@ -261,7 +273,8 @@ def build_model(workload: Workload, hw: Hardware, kernels: Sequence[KernelSpec],
                          constraints=tuple(constraints) + tuple(extra),
                          objective=ex.add(*breakdown.values()), breakdown=breakdown,
                          groups=factors.groups)
-    return Model(workload, hw, tuple(kernels), factors, cset, chosen)
+    return Model(workload, hw, tuple(kernels), factors, cset, chosen,
+                 {kt.kernel.name: kt.combined for kt in terms})
 
 
 # ---------------------------------------------------------------- fusion
@@ -290,6 +303,23 @@ def fusion_choices(workload: Workload, kernels: Sequence[KernelSpec],
         ex.Cmp(ex.add(*(chosen[k.name] for k in options)), "==", ex.ONE))
         for stmt, options in covering.items() if len(options) > 1]
     return chosen, cover
+
+
+def combine_decision(kernel: str, level: str) -> str:
+    """`combine.s.tasklet` is 1 when kernel s combines its tasklets' partials on device."""
+    return f"combine.{kernel}.{level}"
+
+
+def with_combine_choices(kt: KernelTerms, domains: dict[str, tuple[int, ...]]
+                         ) -> KernelTerms:
+    """A 0/1 decision (added to `domains`) for each spatial slot where the kernel may
+    combine partial results on the device instead of on the host."""
+    combined: dict[int, ex.Int] = {}
+    for slot in device_combine_slots(kt):
+        name = combine_decision(kt.kernel.name, kt.slots[slot].name)
+        domains[name] = (0, 1)
+        combined[slot] = ex.Var(name)
+    return dataclasses.replace(kt, combined=combined)
 
 
 def when_chosen(used: ex.Int, constraint: NamedConstraint) -> NamedConstraint:
@@ -334,10 +364,11 @@ def capacity_constraints(kt: KernelTerms, workload: Workload) -> list[NamedConst
         used = ex.add(*(buffer_bytes(kt, use, mem, slot,
                                      workload.tensors[use.tensor].dtype.itemsize)
                         for use in kt.resident(slot)))
+        shared = device_combine_capacity(kt, workload, mem)  # one per instance
         out.append(NamedConstraint(
             f"capacity.{mem.name}",
             f"kernel {kt.kernel.name}: tiles in one {mem.name} fit {mem.usable} bytes",
-            ex.Cmp(ex.mul(copies, used), "<=", ex.const(mem.usable))))
+            ex.Cmp(ex.add(ex.mul(copies, used), *shared), "<=", ex.const(mem.usable))))
     return out
 
 
@@ -401,6 +432,7 @@ def kernel_cost(kt: KernelTerms, workload: Workload) -> dict[str, ex.Int]:
         "compute": compute_cost(kt),
         "launch": ex.mul(kt.hw.launch_ps, *(kt.f(d, _root_slot(kt)) for d in kt.kernel.dims)),
         "combine": combine_cost(kt, workload),
+        "device_combine": device_combine_cost(kt, workload),
     }
     for slot, mem in _memory_slots(kt):
         parent = kt.hw.memories[kt.hw.memories.index(mem) - 1]
@@ -450,7 +482,8 @@ def transfer_cost(kt: KernelTerms, workload: Workload, mem: Memory, slot: int) -
     shared = kt.hw.level_index(mem.shared_by)
     serial = ex.mul(*(kt.units(s) for s in kt.spatial_between(shared,
                                                               kt.slots[slot].level_index)))
-    total = [tensor_transfer_cost(kt, use, mem, slot, workload.tensors[use.tensor].dtype.itemsize)
+    total = [ex.select(exchanged_on_device(kt, use, slot), 0, tensor_transfer_cost(
+                 kt, use, mem, slot, workload.tensors[use.tensor].dtype.itemsize))
              for use in kt.moving()]
     return ex.scale(ex.add(*total), serial)
 
@@ -488,7 +521,7 @@ def combine_cost(kt: KernelTerms, workload: Workload) -> ex.Int:
     for stmt in kt.kernel.statements:
         if not stmt.reduced:
             continue
-        partials = ex.mul(*(kt.units(s, stmt.reduced) for s in spatial))
+        partials = ex.mul(*(kt.split_units(s, stmt.reduced) for s in spatial))
         tensor = workload.tensors[stmt.target]
         per_elem = kt.hw.host.point_ps(Counter({stmt.op.op_class: 1}), stmt.dtype)
         elements = 1
@@ -497,6 +530,108 @@ def combine_cost(kt: KernelTerms, workload: Workload) -> ex.Int:
         total.append(ex.select(ex.greater_than_one(partials),
                                ex.mul(per_elem, elements, partials), 0))
     return ex.add(*total)
+
+
+# ---------------------------------------------------------------- on-device combines
+
+
+def device_combine_slots(kt: KernelTerms) -> dict[int, Memory]:
+    """Spatial slots whose units share a memory below the root (UPMEM: tasklets share
+    their DPU's WRAM), with the innermost such memory: partial results split across these
+    units can meet there, after a barrier, instead of travelling to the host."""
+    out: dict[int, Memory] = {}
+    if not kt.kernel.reduced:
+        return out
+    for index, slot in enumerate(kt.slots):
+        if slot.kind is not SlotKind.SPATIAL:
+            continue
+        shared = [m for m in kt.hw.memories[1:]
+                  if kt.hw.level_index(m.instance_level) < slot.level_index
+                  <= kt.hw.level_index(m.level)]
+        if shared:
+            out[index] = shared[-1]
+    return out
+
+
+def device_combine_memory(model: Model, slot: int) -> str:
+    """The memory an on-device combine at spatial `slot` goes through (see
+    `device_combine_slots`)."""
+    level = model.slots[slot].level_index
+    return [m.name for m in model.hw.memories[1:]
+            if model.hw.level_index(m.instance_level) < level
+            <= model.hw.level_index(m.level)][-1]
+
+
+def reduced_into(kernel: KernelSpec, use: TensorUse) -> list[str]:
+    """The kernel's reduced dimensions that a written tensor does not carry."""
+    return [d for d in kernel.reduced if d not in use.indices] if use.written else []
+
+
+def combines_on_device(kt: KernelTerms, slot: int, dims: Sequence[str]) -> ex.Cond | bool:
+    """Whether the units of spatial `slot` combine partials of a reduction over `dims` on
+    the device: chosen so, and more than one of them holds a share of `dims` (one unit
+    alone has nothing to combine, and the loop nest then has no combine)."""
+    on_device = kt.combined.get(slot)
+    if on_device is None or not dims:
+        return False
+    several = ex.select(ex.greater_than_one(kt.units(slot, dims)), 1, 0)
+    return _is_one(ex.select(_is_one(on_device), several, 0))
+
+
+def exchanged_on_device(kt: KernelTerms, use: TensorUse, slot: int) -> ex.Cond | bool:
+    """Whether `use`'s tile at memory `slot` is exchanged with an on-device combine
+    buffer (in the same memory) instead of moving from its parent: it holds partials
+    of a reduction whose units, between the parent and this memory, combine on device."""
+    reduced = reduced_into(kt.kernel, use)
+    parent = _parent_slot(kt, slot)
+    return ex.any_of(combines_on_device(kt, s, reduced) for s in kt.combined
+                     if parent < s < slot)
+
+
+def device_combine_cost(kt: KernelTerms, workload: Workload) -> ex.Int:
+    """Per combined slot and reduced tensor: each time the parent memory's tile is done,
+    a barrier, then one unit alone (at 1/issue_share of the pipeline) folds every unit's
+    partial tile into it."""
+    total: list[ex.Int] = []
+    for slot in kt.combined:
+        level = kt.hw.levels[kt.slots[slot].level_index]
+        parent = _parent_slot(kt, slot)
+        for stmt in kt.kernel.statements:
+            use = next(u for u in kt.kernel.uses if u.tensor == stmt.target)
+            reduced = reduced_into(kt.kernel, use)
+            if not stmt.op.reduces or not reduced:
+                continue
+            units = kt.units(slot, reduced)
+            elements = ex.mul(*(kt.tile(d, parent) for d in use.indices))
+            op_ps = kt.hw.compute.point_ps(Counter({stmt.op.op_class: 1}), stmt.dtype)
+            once = ex.add(level.barrier_ps, ex.mul(level.issue_share * op_ps, units, elements))
+            times = transfer_count(kt, use, parent) if parent > 0 else ex.ONE
+            total.append(ex.select(combines_on_device(kt, slot, reduced),
+                                   ex.mul(once, times), 0))
+    return ex.add(*total)
+
+
+def device_combine_capacity(kt: KernelTerms, workload: Workload, mem: Memory
+                            ) -> list[ex.Int]:
+    """Bytes of the combine buffers in `mem`: the parent memory's tile of each reduced
+    tensor, once per unit that contributes a partial."""
+    out: list[ex.Int] = []
+    for slot in kt.combined:
+        if device_combine_slots(kt).get(slot) != mem:
+            continue
+        parent = _parent_slot(kt, slot)
+        for use in kt.moving():
+            reduced = reduced_into(kt.kernel, use)
+            if not reduced:
+                continue
+            itemsize = workload.tensors[use.tensor].dtype.itemsize
+            rows = [kt.tile(d, parent) for d in use.indices[:-1]]
+            run = ex.mul(kt.tile(use.indices[-1], parent), itemsize) if use.indices \
+                else ex.const(itemsize)
+            padded = ex.mul(mem.rules.multiple, ex.ceil_div(run, mem.rules.multiple))
+            out.append(ex.select(combines_on_device(kt, slot, reduced),
+                                 ex.mul(kt.units(slot, reduced), padded, *rows), 0))
+    return out
 
 
 # ---------------------------------------------------------------- helpers

@@ -73,6 +73,11 @@ def components(cset: ConstraintSet) -> list[ConstraintSet]:
     return parts
 
 
+def part_key(part: ConstraintSet) -> object:
+    """What identifies a part's problem (the same in every fusion cover that has it)."""
+    return (tuple(sorted(part.decisions.items())), part.constraints, part.objective)
+
+
 def _decision_dependencies(cset: ConstraintSet) -> dict[str, set[str]]:
     """For each defined variable, the decisions it is computed from."""
     depends: dict[str, set[str]] = {}
@@ -98,7 +103,8 @@ def inline_definitions(cset: ConstraintSet) -> ConstraintSet:
 
 
 def solve_by_parts(cset: ConstraintSet, time_limit_s: float, solver: str,
-                   solve_part: Callable[[ConstraintSet, float], SolveResult]) -> SolveResult:
+                   solve_part: Callable[[ConstraintSet, float], SolveResult],
+                   cache: dict[object, SolveResult] | None = None) -> SolveResult:
     """Minimise `cset` one independent part at a time and add the results up: the
     objective and bound are sums, the status the weakest, integer stats are summed.
     Each part gets what is left of the time limit (at least 10 ms)."""
@@ -110,7 +116,13 @@ def solve_by_parts(cset: ConstraintSet, time_limit_s: float, solver: str,
     stats: dict[str, int | float | str] = {"components": len(parts)}
     for part in parts:
         remaining = max(0.01, time_limit_s - (time.perf_counter() - start))
-        result = solve_part(part, remaining)
+        problem = part_key(part)
+        if cache is not None and problem in cache:
+            result = cache[problem]  # the same part in another fusion cover: solved already
+        else:
+            result = solve_part(part, remaining)
+            if cache is not None and result.status is not Status.TIMEOUT:
+                cache[problem] = result
         for key, value in result.stats.items():
             if isinstance(value, int) and isinstance(stats.get(key, 0), int):
                 stats[key] = int(stats.get(key, 0)) + value

@@ -469,12 +469,18 @@ def run_fill(m: Machine, node: Fill) -> None:
 
 @handles(Combine)
 def run_combine(m: Machine, node: Combine) -> None:
+    """target = op(target, reduce(partials)), where the target holds data: elements of a
+    ragged tile past the tensor's edge hold none and are left alone (masked)."""
     target, partials = m.buffers[node.target], m.buffers[node.partials]
-    if not (partials.init.all() and target.init.all()):
+    # partial axes follow the instance axes (the grid of units the buffer belongs to)
+    lead = len(partials.instance_loops)
+    axes = tuple(range(lead, lead + len(partials.decl.partial_loops)))
+    valid = target.init
+    if not valid.any() or not np.all(partials.init.all(axis=axes) | ~valid):
         raise IRError(f"combine {node.partials}: expected initialised partials and target")
-    axes = tuple(range(len(partials.decl.partial_loops)))
     reduced = node.op.ufunc.reduce(partials.values, axis=axes, dtype=target.values.dtype)
-    target.values[...] = node.op.ufunc(target.values, reduced).astype(target.values.dtype)
+    combined = node.op.ufunc(target.values, reduced).astype(target.values.dtype)
+    target.values[...] = np.where(valid, combined, target.values)
 
 
 @handles(Compute)

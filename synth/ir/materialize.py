@@ -9,12 +9,13 @@ innermost memory's factor is the compute tile.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from synth.constraints import expr as ex
-from synth.constraints.cost import Model
-from synth.constraints.space import KernelSpec, SlotKind, TensorUse
+from synth.constraints.cost import Model, device_combine_memory
+from synth.constraints.space import KernelSpec, Slot, SlotKind, TensorUse
 from synth.hardware import Memory
 from synth.ir.nodes import (
     Affine,
@@ -32,6 +33,7 @@ from synth.ir.nodes import (
     Program,
     Store,
 )
+from synth.workload import ReduceOp
 
 
 def materialize(model: Model, env: Mapping[str, int]) -> Program:
@@ -57,10 +59,12 @@ class _Placed:
     """A buffer and the loop depth its load and store sit at."""
 
     depth: int
-    order: int  # memory order: parents are loaded first and stored last
+    order: float  # memory order: parents are loaded first and stored last
     decl: BufferDecl
     parent: str
     use: TensorUse
+    combine: ReduceOp | None = None  # an on-device combine buffer: filled with the
+    # identity, and folded into `parent` after the loops instead of stored
 
 
 class KernelBuilder:
@@ -73,6 +77,8 @@ class KernelBuilder:
         self.factor = {(d, s): ex.evaluate(model.factors.of(spec.name, d, s), env)
                        for d in spec.dims for s in range(len(self.slots))}
         self.loops = self._loops()
+        self.on_device = {slot for slot, term in model.combines.get(spec.name, {}).items()
+                          if ex.evaluate(term, env) == 1}
 
     # -- loops -------------------------------------------------------------------
 
@@ -146,7 +152,7 @@ class KernelBuilder:
     def _buffer(self, use: TensorUse, mem: Memory, slot: int, depth: int) -> BufferDecl:
         tensor = self.model.workload.tensors[use.tensor]
         partials = tuple(v.name for s, v in self.loops[depth:]
-                         if s > slot and self._splits_reduction(v, use))
+                         if s > slot and self._splits_reduction(s, v, use))
         return BufferDecl(
             name=f"{use.tensor}_{mem.name}", tensor=use.tensor, memory=mem.name,
             dims=use.indices, shape=tuple(self.tile(d, slot) for d in use.indices),
@@ -154,18 +160,47 @@ class KernelBuilder:
             partial_loops=partials)
 
     def _root_partial_loops(self, use: TensorUse) -> tuple[str, ...]:
-        return tuple(v.name for _, v in self.loops if self._splits_reduction(v, use))
+        return tuple(v.name for s, v in self.loops if self._splits_reduction(s, v, use))
 
-    def _splits_reduction(self, loop: LoopVar, use: TensorUse) -> bool:
-        """A parallel loop over a dimension reduced into the written tensor `use`: each
-        unit makes its own partial result."""
+    def _splits_reduction(self, slot: int, loop: LoopVar, use: TensorUse) -> bool:
+        """A parallel loop over a dimension reduced into the written tensor `use`, whose
+        units hand their partial results outwards (not combined on the device)."""
+        return slot not in self.on_device and self._reduces_across(loop, use)
+
+    def _reduces_across(self, loop: LoopVar, use: TensorUse) -> bool:
         return (use.written and loop.kind is LoopKind.PARALLEL
                 and loop.dim in self.spec.reduced and loop.dim not in use.indices)
+
+    def _device_combines(self, placed: list[_Placed]) -> list[_Placed]:
+        """For each unit level that combines on the device and each tensor it reduces
+        into: a buffer in the shared memory holding the parent memory's tile once per
+        unit, beside the parent's tile; the units' tiles exchange with it."""
+        extra: list[_Placed] = []
+        for slot in sorted(self.on_device):
+            mem = device_combine_memory(self.model, slot)
+            for p in [p for p in placed if p.decl.memory == self.slots[
+                    _parent_memory_slot(self.slots, slot)].name and p.combine is None]:
+                loops = tuple(v.name for s, v in self.loops
+                              if s == slot and self._reduces_across(v, p.use))
+                if not loops:
+                    continue
+                decl = dataclasses.replace(p.decl, name=f"{p.use.tensor}_{mem}_combine",
+                                           memory=mem, partial_loops=loops)
+                extra.append(_Placed(p.depth, p.order + 0.5, decl, p.decl.name, p.use,
+                                     self._reduce_op(p.use.tensor)))
+        return extra
+
+    def _reduce_op(self, tensor: str) -> ReduceOp:
+        return next(s.op for s in self.spec.statements if s.target == tensor and s.op.reduces)
 
     # -- the nest ----------------------------------------------------------------
 
     def build(self) -> Kernel:
         placed = self._placements()
+        combines = self._device_combines(placed)
+        into = {p.parent: p.decl.name for p in combines}  # parent tile -> combine buffer
+        placed = [dataclasses.replace(p, parent=into[p.parent]) if p.parent in into else p
+                  for p in placed] + combines
         body = self._level(0, placed)
         return Kernel(self.spec.name, tuple(s.name for s in self.spec.statements),
                       self._prologue() + body + self._epilogue())
@@ -175,14 +210,19 @@ class KernelBuilder:
         nodes: list[Node] = []
         for p in here:
             nodes.append(Alloc(p.decl))
-            if p.use.read and not p.use.local:
+            if p.combine is not None:
+                nodes.append(Fill(p.decl.name, p.combine.identity(p.decl.dtype)))
+            elif p.use.read and not p.use.local:
                 nodes.append(Load(p.decl.name, p.parent))
         if depth < len(self.loops):
             nodes.append(Loop(self.loops[depth][1], self._level(depth + 1, placed)))
         else:
             nodes.extend(self._computes())
-        nodes.extend(Store(p.decl.name, p.parent) for p in reversed(here)
-                     if p.use.written and not p.use.local)
+        for p in reversed(here):
+            if p.combine is not None:
+                nodes.append(Combine(p.parent, p.decl.name, p.combine))
+            elif p.use.written and not p.use.local:
+                nodes.append(Store(p.decl.name, p.parent))
         return tuple(nodes)
 
     def _computes(self) -> list[Node]:
@@ -220,3 +260,8 @@ class KernelBuilder:
         return tuple(Combine(s.target, f"{s.target}_partials", s.op)
                      for s in self.spec.statements
                      if self._root_partial_loops(TensorUse(s.target, s.indices, True, True)))
+
+
+def _parent_memory_slot(slots: tuple[Slot, ...], slot: int) -> int:
+    """The temporal slot (memory) just outside `slot`."""
+    return max(i for i in range(slot) if slots[i].kind is SlotKind.TEMPORAL)
