@@ -23,7 +23,9 @@ from strategies import GeneratedWorkload, workloads
 
 from synth import pipeline
 from synth.constraints import cpsat
+from synth.constraints.cost import build_model
 from synth.constraints.sample import random_schedule
+from synth.constraints.space import kernel_for
 from synth.emit.cstyle import EmitError
 from synth.emit.upmem import CheckResult, Emission, check_upmem, emit_upmem
 from synth.hwfile import load_hardware
@@ -114,6 +116,29 @@ def test_host_loops_and_mram_steps_pass(tmp_path: Path) -> None:
     assert_passes(check_upmem(tmp_path))
 
 
+@pytest.mark.parametrize("on_device", [0, 1])
+def test_partial_results_of_tasklets_are_combined(tmp_path: Path, on_device: int) -> None:
+    """Across tasklets, partial sums go to the host through MRAM (0), or meet in WRAM and
+    are combined on the DPU by one tasklet, after a barrier (1); mv's are 2-D tiles."""
+    for workload, sizes, kernel, tasklets in (("red", {"N": 4096}, "s", "T.s.i=4"),
+                                              ("mv", {"M": 64, "N": 96}, "y", "T.y.j=4")):
+        out = tmp_path / workload
+        emitted(pipeline.Request(workload, "upmem", sizes, fixes=(
+            f"combine.{kernel}.tasklet={on_device}", tasklets)), out)
+        dpu = (out / f"dpu_{kernel}.c").read_text()
+        assert (f"/* combine {kernel}_mram += the " in dpu) == bool(on_device)
+        assert ("barrier_wait(&sync_tasklets);" in dpu) == bool(on_device)
+        assert_passes(check_upmem(out))
+
+
+def test_long_dma_runs_are_split(tmp_path: Path) -> None:
+    """8 KiB tiles: mram_read moves at most 2048 bytes, so read_mram splits each run."""
+    emitted(pipeline.Request("red", "upmem", {"N": 65536}, fixes=("Q.s.i=2048",)), tmp_path)
+    dpu = (tmp_path / "dpu_s.c").read_text()
+    assert "x, 8192);" in dpu and "mram_read(src + done, dst + done, bytes - done < 2048" in dpu
+    assert_passes(check_upmem(tmp_path))
+
+
 def examples(count: int) -> settings:
     return settings(max_examples=count, derandomize=True, deadline=None, database=None,
                     suppress_health_check=[HealthCheck.too_slow,
@@ -147,11 +172,11 @@ def test_work_outside_tasklet_loops_waits_at_a_barrier(tmp_path: Path) -> None:
            "t[i] = a[i] + b[i]\nc[i] = t[i] * 2\n"
     workload = parse_workload(text, "two.syn", "two")
     hw = load_hardware("upmem", ("rank.count=1", "dpu.count=1", "tasklet.count=1..4"))
-    model = pipeline.encode(workload, hw)
+    model = build_model(workload, hw, [kernel_for(workload.statements, workload)])  # fused
     result = cpsat.solve(model.constraints, 30.0)
     assert result.env is not None
     program = materialize(model, result.env)
-    assert [k.name for k in program.kernels] == ["t_c"], "expected t and c fused"
+    assert [k.name for k in program.kernels] == ["t_c"]
     program = solo_c(program)
     inputs = make_inputs(workload, 0)
     expected = evaluate(workload, inputs)
@@ -346,7 +371,8 @@ def test_emitted_code_uses_the_sdk(softmax: Emission) -> None:
     host = (out / "host.c").read_text()
     for call in ("#include <dpu.h>", "dpu_alloc(NR_DPUS, NULL, &set)",
                  'dpu_load(set, "./dpu_m", NULL)', "DPU_FOREACH(set, dpu, each)",
-                 "dpu_prepare_xfer(dpu,", "DPU_XFER_TO_DPU", "DPU_XFER_FROM_DPU",
+                 "dpu_prepare_xfer(dpu,", "dpu_push_xfer(set, DPU_XFER_TO_DPU, \"x_mram\", 0,",
+                 "dpu_push_xfer(set, DPU_XFER_FROM_DPU, \"y_mram\", 0,",
                  "dpu_broadcast_to(set,", "dpu_launch(set, DPU_SYNCHRONOUS)", "dpu_free(set)",
                  "DPU_ASSERT("):
         assert call in host, call
@@ -369,6 +395,16 @@ def test_unsupported_dtypes_are_refused(tmp_path: Path) -> None:
     syn.write_text(text)
     with pytest.raises(EmitError, match="cannot emit f16 tensors yet"):
         emitted(pipeline.Request(str(syn), "upmem"), tmp_path / "out")
+
+
+def test_unaligned_runs_are_refused(tmp_path: Path) -> None:
+    """Without the transfer rules, 3-byte tiles of i8 would need DMAs at odd addresses:
+    the emitter says so rather than emit code a DPU would reject."""
+    syn = tmp_path / "bytes.syn"
+    syn.write_text("size N = 999\nin a : i8[N]\nout c : i8[N]\nc[i] = a[i] + 3\n")
+    request = pipeline.Request(str(syn), "upmem", drops=("transfer.wram",), fixes=("Q.c.i=3",))
+    with pytest.raises(EmitError, match="a run may start at element .* not 8-byte aligned"):
+        emitted(request, tmp_path / "out")
 
 
 def test_other_hardware_is_refused(tmp_path: Path) -> None:

@@ -156,6 +156,7 @@ def _wrap(value: Typed, prec: int) -> str:
 class CStyle:
     """What C-like targets share. Subclasses override the settings below."""
 
+    emitter_name = "this C emitter"  # for messages
     index_type = "uint32_t"  # loop counters and offsets
     ctypes: Mapping[DType, str] = {DType.F32: "float", DType.I32: "int32_t",
                                    DType.I16: "int16_t", DType.I8: "int8_t"}
@@ -168,7 +169,7 @@ class CStyle:
     def ctype(self, dtype: DType) -> str:
         if dtype not in self.ctypes:
             supported = ", ".join(d.value for d in self.ctypes)
-            raise EmitError(f"{type(self).__name__} cannot emit {dtype.value} tensors yet "
+            raise EmitError(f"{self.emitter_name} cannot emit {dtype.value} tensors yet "
                             f"(supported: {supported})")
         return self.ctypes[dtype]
 
@@ -270,7 +271,7 @@ class CStyle:
             return Typed(f"{one} / sqrt{suffix}({arg.code})", True, MUL)
         if fn in ("exp", "log", "sqrt", "tanh"):
             return Typed(f"{fn}{suffix}({arg.code})", True)
-        raise EmitError(f"{type(self).__name__} cannot emit the function {fn!r}")
+        raise EmitError(f"{self.emitter_name} cannot emit the function {fn!r}")
 
     def cast(self, value: Typed, dtype: DType) -> str:
         """`value` stored into a `dtype` element: explicit where C would narrow (integer
@@ -315,10 +316,10 @@ class CStyle:
         coeff = value.terms[0][1]
         return Typed(text, False, ATOM if coeff == 1 else MUL if coeff > 0 else UNARY)
 
-    def for_loop(self, code: Code, var: str, count: str | int,
-                 comment: str | None = None) -> AbstractContextManager[None]:
-        """`for (index_type var = 0; var < count; var++) {`."""
-        return code.block(f"for ({self.index_type} {var} = 0; {var} < {count}; {var}++)",
+    def for_loop(self, code: Code, var: str, count: str | int, comment: str | None = None,
+                 start: int = 0) -> AbstractContextManager[None]:
+        """`for (index_type var = start; var < count; var++) {`."""
+        return code.block(f"for ({self.index_type} {var} = {start}; {var} < {count}; {var}++)",
                           comment)
 
 

@@ -22,7 +22,10 @@ unit (rank d / D, dpu d % D) of those loops, passed in `args`; DPUs beyond the k
 units get `args.active = 0` and return at once. MRAM buffers are `__mram_noinit` arrays
 filled and drained by the host. Inside the DPU, tasklet loops become `me()`, sequential
 MRAM loops run in every tasklet, WRAM tiles are `__dma_aligned` arrays with one tile per
-tasklet, and transfers are `mram_read`/`mram_write` in runs of at most 2048 bytes.
+tasklet, and transfers are `mram_read`/`mram_write` in runs of at most 2048 bytes. Work
+outside tasklet loops (filling a combine buffer, combining the tasklets' partial results
+on the DPU) is done by tasklet 0, and a barrier separates writes to a buffer the tasklets
+share (MRAM, a combine buffer) from reads by another tasklet.
 
 Every buffer is laid out as the cost model counts it: partial results first, then rows
 whose innermost axis is padded to 8 bytes, so every DMA run starts 8-byte aligned. Tiles
@@ -359,7 +362,9 @@ class _Splitter:
             return node.buffer.memory == "host"
         if isinstance(node, Fill):
             return self.memory(node.buffer) == "host"
-        return isinstance(node, Combine)
+        if isinstance(node, Combine):  # of partial results: on the host, or across tasklets
+            return self.memory(node.target) == "host"
+        return False
 
     def host_body(self, nodes: tuple[Node, ...], around: tuple[LoopVar, ...]
                   ) -> tuple[HostNode, ...]:
@@ -440,6 +445,8 @@ DPU_RESERVED = (
 class DpuWriter(CStyle):
     """Renders dpu_<kernel>.c from a kernel's plan."""
 
+    emitter_name = "the UPMEM emitter"
+
     def __init__(self, plan: KernelPlan, workload: Workload, target: Target) -> None:
         super().__init__()
         self.plan = plan
@@ -457,6 +464,7 @@ class DpuWriter(CStyle):
         self.uses_tasklet = False
         self.uses_barrier = False
         self.uses_math = False
+        self.uses_string = False
 
     @property
     def kernel(self) -> str:
@@ -468,7 +476,7 @@ class DpuWriter(CStyle):
         launch = self.plan.launch
         body = Code()
         body.depth = 1
-        self.device(body, launch.device)
+        self.device(body, launch.device, top=True)
         args_type = self.names("struct", f"{self.plan.ident}_args")
         fields = {"active": "active"} | {v.name: self.names(f"var:{v.name}", v.name)
                                          for v in launch.grid + launch.host_loops}
@@ -503,6 +511,8 @@ class DpuWriter(CStyle):
         code("#include <stdint.h>")
         if self.uses_math:
             code("#include <math.h>")
+        if self.uses_string:
+            code("#include <string.h>")
         code()
         code("#include <defs.h>")
         code("#include <mram.h>")
@@ -583,22 +593,29 @@ class DpuWriter(CStyle):
 
     # -- code that every tasklet runs ----------------------------------------------
 
-    def device(self, code: Code, nodes: tuple[Node, ...]) -> None:
+    def device(self, code: Code, nodes: tuple[Node, ...], top: bool = False) -> None:
         """Nodes outside tasklet loops: every tasklet runs the loops, tasklet 0 alone the
-        rest; a barrier separates what one tasklet wrote in MRAM from what another reads."""
+        rest; a barrier separates what one tasklet wrote in a shared buffer (MRAM, or a
+        combine buffer in WRAM) from what another reads or overwrites."""
         written: set[str] = set()
         read: set[str] = set()
-        for item in _items(nodes):
+        items = _items(nodes)
+        for position, item in enumerate(items):
             if isinstance(item, Alloc):
                 self.alloc(code, item.buffer, "0")
                 continue
-            reads, writes = mram_access(item if isinstance(item, tuple) else (item,))
+            reads, writes = shared_access(item if isinstance(item, tuple) else (item,))
             if (reads & written) or (writes & read):
                 self.barrier(code)
                 written.clear()
                 read.clear()
             if isinstance(item, tuple):
-                self.solo(code, item)
+                # the others wait for it, unless the program ends here
+                last = top and position == len(items) - 1
+                if self.solo(code, item, wait=not last):
+                    written.clear()
+                    read.clear()
+                    continue
             elif isinstance(item, Loop) and _is_tasklet_loop(item):
                 self.region(code, item)
             elif isinstance(item, Loop):
@@ -606,22 +623,25 @@ class DpuWriter(CStyle):
             written |= writes
             read |= reads
 
-    def solo(self, code: Code, nodes: tuple[Node, ...]) -> None:
-        """Work outside any tasklet loop: tasklet 0 does it, the others wait."""
+    def solo(self, code: Code, nodes: tuple[Node, ...], wait: bool) -> bool:
+        """Work outside any tasklet loop: tasklet 0 does it, the others wait (when `wait`).
+        Whether a barrier follows."""
         if self.plan.tasklets == 1:
             self.unit(code, nodes, "0")
-            return
+            return False
         self.uses_tasklet = True
         with code.block("if (tasklet == 0)", "no tasklet loop around this: one tasklet"):
             self.unit(code, nodes, "0")
-        self.barrier(code)
+        if wait:
+            self.barrier(code)
+        return wait
 
     def sequential(self, code: Code, node: Loop) -> None:
         var = node.var
         with self.for_loop(code, self.var(var.name), var.extent,
                            f"{var.symbol} = {var.extent}: steps at {var.where}"):
             self.device(code, node.body)
-            reads, writes = mram_access(node.body)
+            reads, writes = shared_access(node.body)
             if reads & writes:  # the next step reads what another tasklet wrote
                 self.barrier(code)
 
@@ -662,25 +682,30 @@ class DpuWriter(CStyle):
                 self.compute(code, node)
             elif isinstance(node, Fill):
                 self.fill(code, node)
+            elif isinstance(node, Combine):
+                self.combine(code, node)
             else:
                 raise EmitError(f"kernel {self.kernel}: cannot run {type(node).__name__} "
                                 f"{_node_name(node)} inside a DPU program")
 
     def alloc(self, code: Code, decl: BufferDecl, unit: str) -> None:
-        """A WRAM tile: an array with one tile per tasklet unit, and this unit's pointer."""
+        """A WRAM tile: an array with one tile per tasklet unit, and this unit's pointer.
+        Outside tasklet loops there is one tile, shared by the tasklets (the partial
+        results of an on-device combine: one per tasklet unit inside)."""
         tiles = self.region_units if unit == "tasklet" else 1
         if decl.memory != "wram":
             raise EmitError(f"kernel {self.kernel}: buffer {decl.name} in {decl.memory} is "
                             f"allocated inside the DPUs' part; only WRAM tiles can be")
-        if decl.partial_loops:
+        if decl.partial_loops and unit == "tasklet":
             raise EmitError(f"kernel {self.kernel}: WRAM buffer {decl.name} holds partial "
-                            f"results; the emitter expects those in MRAM and on the host")
+                            f"results of loops inside one tasklet's work")
         known = self.wram.get(decl.name)
         if known is not None and known[0] != decl:
             raise EmitError(f"kernel {self.kernel}: two WRAM buffers named {decl.name}")
         self.wram[decl.name] = (decl, max(tiles, known[1] if known else 1))
         array = self.names(f"buf:{decl.name}", decl.name)
-        tile = self.names(f"tile:{decl.name}", decl.tensor)
+        tile = self.names(f"tile:{decl.name}", f"{decl.tensor}_partials" if decl.partial_loops
+                          else decl.tensor)
         self.tiles[decl.name] = tile
         code(f"{self.ctype(decl.dtype)} *const {tile} = {array}[{unit}]; "
              f"/* {decl.name}: {describe(decl)} */")
@@ -699,22 +724,25 @@ class DpuWriter(CStyle):
     # -- transfers -----------------------------------------------------------------
 
     def dma(self, code: Code, wram_name: str, mram_name: str, read: bool) -> None:
+        """Move a WRAM tile from or to its parent: an MRAM buffer (DMA), or a WRAM buffer
+        shared by the tasklets (a copy)."""
         wram, mram = self.plan.buffers[wram_name], self.plan.buffers[mram_name]
         what = f"{'load' if read else 'store'} {wram_name} {'<-' if read else '->'} {mram_name}"
-        if wram.memory != "wram" or mram.memory != "mram" or wram_name not in self.tiles:
+        if wram.memory != "wram" or wram_name not in self.tiles or not (
+                mram.memory == "mram" or mram_name in self.tiles):
             raise EmitError(f"kernel {self.kernel}: {what}: a DPU moves data between an "
-                            f"MRAM buffer and an allocated WRAM tile only")
+                            f"allocated WRAM tile and an MRAM buffer or another WRAM tile only")
         w, m = (self.plan.layout(n, self.target) for n in (wram_name, mram_name))
         itemsize = wram.dtype.itemsize
         diffs = [wram.origin[a] - mram.origin[a] for a in range(len(wram.shape))]
         part = partial_offset(m, mram.partial_loops)
         contiguous = len(wram.shape) <= 1 or wram.shape[1:] == mram.shape[1:]
-        fn = self.mover(read)
+        fn = self.mover(read) if mram.memory == "mram" else self.copier()
         code.comment(what)
         if contiguous:
             start = part + affine_sum(scale(d, s) for d, s in zip(diffs, m.strides, strict=True))
             self.check_run(start, itemsize, w.size * itemsize, what)
-            ends = (f"&{self.mram_names[mram_name]}[{self.index(start)}]",
+            ends = (f"&{self.parent_array(mram_name)}[{self.index(start)}]",
                     self.tiles[wram_name])
             code(f"{fn}({ends[0] if read else ends[1]}, {ends[1] if read else ends[0]}, "
                  f"{w.size * itemsize});")
@@ -737,11 +765,24 @@ class DpuWriter(CStyle):
         for a in axes:
             code(f"for ({self.index_type} {rows[a]} = 0; {rows[a]} < {wram.shape[a]}; {rows[a]}++)")
             code.depth += 1
-        ends = (f"&{self.mram_names[mram.name]}[{self.index(start)}]",
+        ends = (f"&{self.parent_array(mram.name)}[{self.index(start)}]",
                 f"&{self.tiles[wram.name]}[{self.index(offset)}]")
         code(f"{fn}({ends[0] if read else ends[1]}, {ends[1] if read else ends[0]}, "
              f"{w.row * wram.dtype.itemsize});")
         code.depth -= len(axes)
+
+    def parent_array(self, name: str) -> str:
+        """The C array of a transfer's parent: an MRAM buffer or a shared WRAM tile."""
+        return self.mram_names[name] if name in self.mram_names else self.tiles[name]
+
+    def copier(self) -> str:
+        """copy_wram(to, from, bytes): WRAM to WRAM needs no DMA (argument order as the
+        DMA helpers: the source first)."""
+        self.uses_string = True
+        return self.helper("copy_wram", (
+            "/* Between WRAM tiles: a plain copy, no DMA */\n"
+            "static inline void copy_wram(const void *from, void *to, uint32_t bytes)\n"
+            "{\n    memcpy(to, from, bytes);\n}"))
 
     def check_run(self, start: Affine, itemsize: int, size: int, what: str) -> None:
         """Refuse to emit a DMA the hardware would reject (the verifier should have)."""
@@ -773,6 +814,48 @@ class DpuWriter(CStyle):
             f"        {call}(src + done, dst + done, bytes - done < {limit} ? bytes - done : "
             f"{limit});",
             "}"]))
+
+    # -- combines of the tasklets' partial results -----------------------------------
+
+    def combine(self, code: Code, node: Combine) -> None:
+        """target = op(target, reduce(partials)), by one tasklet: the partial results are
+        folded into the first; the target's tile is read into the second (so no more WRAM
+        is needed), folded in, and the first is written back."""
+        target, partials = self.plan.buffers[node.target], self.plan.buffers[node.partials]
+        lay = self.plan.layout(node.partials, self.target)
+        count, size = math.prod(lay.partials), lay.instance
+        if node.partials not in self.tiles or target.partial_loops or count < 2 or not (
+                node.target in self.mram_names or node.target in self.tiles) \
+                or self.plan.layout(node.target, self.target).size != size:
+            raise EmitError(f"kernel {self.kernel}: cannot combine {node.partials} into "
+                            f"{node.target} on a DPU (expected partial results of the "
+                            f"target's tile in WRAM)")
+        real = "float" if target.dtype.is_float else "double"
+        tile, k, part = self.tiles[node.partials], self.names("#k", "k"), \
+            self.names("#part", "part")
+        first = Typed(f"{tile}[{k}]", target.dtype.is_float)
+        later = Typed(f"{tile}[{part} * {size} + {k}]", first.is_float)
+        second = Typed(f"{tile}[{size} + {k}]", first.is_float)
+        code.comment(f"combine {node.target} {node.op.value} the {count} partial results in "
+                     f"{node.partials} (over {', '.join(partials.partial_loops)})")
+        with self.for_loop(code, part, count, start=1), self.for_loop(code, k, size):
+            code(f"{first.code} = "
+                 f"{self.cast(self.reduce_step(node.op, first, later, real), target.dtype)};")
+        self.exchange(code, node.target, f"&{tile}[{size}]", size * target.dtype.itemsize,
+                      read=True)
+        with self.for_loop(code, k, size):
+            code(f"{first.code} = "
+                 f"{self.cast(self.reduce_step(node.op, second, first, real), target.dtype)};")
+        self.exchange(code, node.target, tile, size * target.dtype.itemsize, read=False)
+
+    def exchange(self, code: Code, buffer: str, wram: str, size: int, read: bool) -> None:
+        """Move a whole tile between `buffer` (MRAM or WRAM) and the WRAM at `wram`."""
+        if buffer in self.mram_names:
+            mram = f"&{self.mram_names[buffer]}[0]"
+            fn = self.mover(read)
+        else:
+            mram, fn = self.tiles[buffer], self.copier()
+        code(f"{fn}({mram if read else wram}, {wram if read else mram}, {size});")
 
     # -- computes ------------------------------------------------------------------
 
@@ -829,11 +912,19 @@ def _uses_math(expr: Expr) -> bool:
                or (isinstance(n, Num) and not math.isfinite(n.value)) for n in expr_nodes(expr))
 
 
-def mram_access(nodes: tuple[Node, ...]) -> tuple[set[str], set[str]]:
-    """Buffers that `nodes` load from and store to (the MRAM buffers, on a DPU)."""
+def shared_access(nodes: tuple[Node, ...]) -> tuple[set[str], set[str]]:
+    """Buffers that tasklets may share which `nodes` read and write: the parents of loads
+    and stores (MRAM buffers, combine buffers), and what combines and fills touch."""
     every = tuple(walk(nodes))
-    return ({n.src for n in every if isinstance(n, Load)},
-            {n.dst for n in every if isinstance(n, Store)})
+    reads = {n.src for n in every if isinstance(n, Load)}
+    writes = {n.dst for n in every if isinstance(n, Store)}
+    for n in every:
+        if isinstance(n, Combine):
+            reads |= {n.partials, n.target}
+            writes |= {n.partials, n.target}
+        elif isinstance(n, Fill):
+            writes.add(n.buffer)
+    return reads, writes
 
 
 def _items(nodes: tuple[Node, ...]) -> list[Node | tuple[Node, ...]]:
@@ -884,6 +975,7 @@ HOST_RESERVED = (
 class HostWriter(CStyle):
     """Renders host.c from the plans of every kernel."""
 
+    emitter_name = "the UPMEM emitter"
     index_type = "size_t"
 
     def __init__(self, program: Program, workload: Workload, target: Target) -> None:
