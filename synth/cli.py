@@ -36,7 +36,7 @@ from synth.errors import InputError, SynthError
 from synth.hwfile import list_builtin_hardware, load_hardware
 from synth.ir.printer import print_program
 from synth.lang import SizeRange, list_builtin_workloads, load_workload
-from synth.pipeline import SOLVERS, Outcome, Request, run
+from synth.pipeline import EMITTERS, SOLVERS, Emitted, Outcome, Request, check_emit, run
 
 EXIT_OK = 0
 EXIT_INFEASIBLE = 1
@@ -193,6 +193,9 @@ def outcome_exit_code(outcome: Outcome) -> int:
         return EXIT_VALIDATION  # a schedule synth made that is not safe: a bug, reported
     if outcome.smallest is not None and not outcome.smallest.validation.passed:
         return EXIT_VALIDATION  # the same nest, run at the smallest sizes of a range
+    emitted = outcome.emitted
+    if emitted is not None and emitted.check is not None and not emitted.check.passed:
+        return EXIT_VALIDATION  # the emitted program did not build, or ran wrong
     return EXIT_OK
 
 
@@ -399,6 +402,25 @@ def print_human(outcome: Outcome, request: Request) -> None:
     smallest = smallest_line(outcome)
     if smallest is not None:
         console.print(smallest, markup=False, soft_wrap=True)
+    if outcome.emitted is not None:
+        console.print(emitted_lines(outcome.emitted), markup=False, soft_wrap=True)
+
+
+def emitted_lines(emitted: Emitted) -> str:
+    """Where the source went, and how its build-and-run check against the reference went
+    (the end of the log when it failed)."""
+    sources = [f for f in emitted.files if f.endswith(".c") and "/" not in f
+               and not f.startswith("standin_")]
+    head = f"emitted {emitted.target} C to {emitted.path}: {', '.join(sources)}, Makefile"
+    check = emitted.check
+    if check is None:
+        return head + " (not checked: --no-validate)"
+    verdict = "passed" if check.passed else "FAILED"
+    lines = [head, f"make check (stand-in runtime, reference data): {verdict} "
+                   f"({check.seconds:.2f} s)"]
+    if not check.passed:
+        lines += check.log.strip().splitlines()[-15:]
+    return "\n".join(lines)
 
 
 def print_json(outcome: Outcome) -> None:
@@ -490,6 +512,13 @@ def solve(
         "--show-constraints",
         help="List the constraint groups, variables and hardware parameters, then exit "
              "without solving.")] = False,
+    emit: Annotated[str | None, typer.Option(
+        "--emit", metavar="TARGET",
+        help=f"Write the schedule as a program for TARGET ({', '.join(EMITTERS)}) into "
+             f"--out DIR, then build and run it against the reference (unless "
+             f"--no-validate).")] = None,
+    out: Annotated[str | None, typer.Option(
+        "--out", metavar="DIR", help="Directory for --emit.")] = None,
 ) -> None:
     """Find the best schedule of WORKLOAD on the hardware model, print it and check it.
 
@@ -501,9 +530,10 @@ def solve(
                           check_solver(solver), check_time_limit(time_limit),
                           validate=not no_validate, constraints=tuple(constraint or []),
                           fixes=tuple(fix or []), drops=tuple(drop or []), binding=True,
-                          ranges=ranges)
+                          ranges=ranges, emit=emit, out_dir=out)
         if show_constraints:
             return show_constraints_of(request, as_json)
+        check_emit(request)  # before solving: a typo should not cost a solve
         return solve_request(request, as_json)
 
     raise typer.Exit(guarded(action))

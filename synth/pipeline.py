@@ -31,6 +31,7 @@ from synth.constraints import cpsat, exhaustive, explain, greedy, user, z3backen
 from synth.constraints.cost import Model, build_model, evaluate_cost
 from synth.constraints.result import SolveResult, Status
 from synth.constraints.space import candidate_kernels
+from synth.emit.upmem import CheckResult, check_upmem, emit_upmem
 from synth.errors import InputError, IRError
 from synth.hardware import Hardware, Memory
 from synth.hwfile import load_hardware
@@ -64,6 +65,8 @@ class Request:
     binding: bool = False  # find the groups that bind at the optimum (one re-solve each)
     # --set N=LO..HI[:STEP]: solved at the largest admissible value, proved for every one
     ranges: Mapping[str, SizeRange] = field(default_factory=dict)
+    emit: str | None = None  # --emit TARGET: write the program's source for that target
+    out_dir: str | None = None  # --out DIR: where
 
     def solved_sizes(self) -> dict[str, int]:
         """The sizes the schedule is solved at: `sizes`, and each range's largest value
@@ -99,6 +102,21 @@ class Outcome:
     group_status: Sequence[explain.GroupStatus] | None = None  # Request.binding: per group
     proof: Proof | None = None  # z3: every access in bounds, every memory within capacity
     smallest: SmallestRun | None = None  # ranges: the same tiles run at the smallest sizes
+    emitted: Emitted | None = None  # --emit: the source written, and its check
+
+
+EMITTERS = ("upmem",)
+
+
+@dataclass(frozen=True)
+class Emitted:
+    """The program's source for one target, and the result of building and running it
+    against the reference (None when validation is off)."""
+
+    target: str
+    path: str
+    files: tuple[str, ...]
+    check: CheckResult | None
 
 
 @dataclass(frozen=True)
@@ -229,6 +247,34 @@ def validate(program: Program, workload: Workload, seed: int = 0) -> Validation:
         wall_s=time.perf_counter() - start, per_output=per_output)
 
 
+def check_emit(request: Request) -> None:
+    """--emit names a known target and comes with --out (and --out with --emit)."""
+    if request.emit is None:
+        if request.out_dir is not None:
+            raise InputError(f"--out {request.out_dir}: expected --emit TARGET too "
+                             f"({', '.join(EMITTERS)})")
+        return
+    if request.emit not in EMITTERS:
+        raise InputError(f"--emit {request.emit}: unknown target; expected one of "
+                         f"{', '.join(EMITTERS)}")
+    if not request.out_dir:
+        raise InputError(f"--emit {request.emit}: expected --out DIR, the directory to "
+                         f"write the program into")
+
+
+def emit(request: Request, program: Program, workload: Workload, hw: Hardware) -> Emitted:
+    """Write the source for `request.emit` into `request.out_dir` and, unless validation
+    is off, build it and run it on the validation inputs against the reference."""
+    check_emit(request)
+    assert request.emit is not None and request.out_dir is not None
+    inputs = make_inputs(workload, request.seed)
+    emission = emit_upmem(program, workload, hw, request.out_dir, inputs,
+                          evaluate(workload, inputs))
+    check = check_upmem(emission.out_dir) if request.validate else None
+    return Emitted(request.emit, str(emission.out_dir),
+                   tuple(str(f.relative_to(emission.out_dir)) for f in emission.files), check)
+
+
 def run(request: Request) -> Outcome:
     """Every stage in order; stops after the solve when there is no schedule."""
     timings: dict[str, float] = {}
@@ -261,10 +307,12 @@ def run(request: Request) -> Outcome:
     smallest = (timed("validate smallest", run_smallest, request, program, workload,
                       checked_hw, dep)
                 if request.validate and ranged and proof.proved else None)
+    emitted = (timed(f"emit {request.emit}", emit, request, program, workload, hw)
+               if request.emit else None)
     groups = (timed("binding", binding, model, result, request.time_limit_s)
               if request.binding else None)
     return Outcome(workload, hw, model, result, program, cost, validation, timings,
-                   group_status=groups, proof=proof, smallest=smallest)
+                   group_status=groups, proof=proof, smallest=smallest, emitted=emitted)
 
 
 def solved(outcome: Outcome) -> bool:

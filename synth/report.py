@@ -355,6 +355,20 @@ def verification(outcome: Outcome) -> dict[str, Any] | None:
 # ---------------------------------------------------------------- the report
 
 
+def emitted_json(outcome: Outcome) -> dict[str, Any]:
+    """`{"upmem": {"path", "files", "checked", "passed", "seconds", "log"}}` for --emit;
+    `passed` is None when the check did not run (--no-validate)."""
+    emitted = outcome.emitted
+    if emitted is None:
+        return {}
+    check = emitted.check
+    return {emitted.target: {
+        "path": emitted.path, "files": list(emitted.files), "checked": check is not None,
+        "passed": check.passed if check is not None else None,
+        "seconds": check.seconds if check is not None else None,
+        "log": check.log[-4000:] if check is not None else None}}
+
+
 def to_json(outcome: Outcome) -> dict[str, Any]:
     """The JSON report of DESIGN.md section 8, plus `sizes`, `buffers`, `binding`,
     `constraint_groups`, `timings` and `loop_nest`; strictly serialisable
@@ -373,6 +387,7 @@ def to_json(outcome: Outcome) -> dict[str, Any]:
         "cost": cost_json(outcome.cost),
         "validation": validation_json(outcome),
         "verification": verification(outcome),
+        "emitted": emitted_json(outcome),
         "explanation": explanation(outcome),
         "binding": binding(outcome),
         "constraint_groups": constraint_groups(outcome),

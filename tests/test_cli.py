@@ -442,3 +442,50 @@ def test_a_range_proof_refuted_exits_4_naming_the_size(monkeypatch: pytest.Monke
     data = report_of(invoke(*args, "--json"))
     (failure,) = data["verification"]["failures"]
     assert failure["kind"] == "parametric" and failure["counterexample"] == {"N": 65536}
+
+
+# ---------------------------------------------------------------- --emit
+
+
+def test_emit_upmem_writes_builds_and_checks_the_program(tmp_path: Path) -> None:
+    out = tmp_path / "softmax"
+    result = invoke("solve", "softmax", "--hw", "upmem", "--set", "N=4096", "--emit", "upmem",
+                    "--out", str(out), "--json")
+    assert result.exit_code == 0, result.output
+    emitted = report_of(result)["emitted"]["upmem"]
+    assert emitted["checked"] is True and emitted["passed"] is True
+    assert emitted["path"] == str(out)
+    assert {"host.c", "Makefile"} <= set(emitted["files"])
+    assert (out / "host.c").read_text().count("dpu_push_xfer") > 0
+
+
+def test_emit_without_validation_writes_but_does_not_check(tmp_path: Path) -> None:
+    result = invoke("solve", "va", "--hw", "upmem", "--set", "N=4096", "--emit", "upmem",
+                    "--out", str(tmp_path), "--no-validate")
+    assert result.exit_code == 0, result.output
+    assert "not checked: --no-validate" in result.output
+    assert (tmp_path / "dpu_c.c").exists()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--emit", "cuda", "--out", "x"], "--emit cuda: unknown target; expected one of upmem"),
+    (["--emit", "upmem"], "--emit upmem: expected --out DIR"),
+    (["--out", "x"], "--out x: expected --emit TARGET too"),
+])
+def test_emit_usage_errors_exit_2_before_solving(args: list[str], message: str) -> None:
+    result = invoke("solve", "softmax", "--hw", "upmem", "--set", "N=4096", *args)
+    assert result.exit_code == 2
+    assert message in result.output
+
+
+def test_a_failed_emitted_check_exits_4(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                        ) -> None:
+    from synth import pipeline
+    from synth.emit.upmem import CheckResult
+
+    monkeypatch.setattr(pipeline, "check_upmem",
+                        lambda out: CheckResult(False, "dpu 3: mram_read of 4096 bytes", 0.1))
+    result = invoke("solve", "va", "--hw", "upmem", "--set", "N=4096", "--emit", "upmem",
+                    "--out", str(tmp_path))
+    assert result.exit_code == 4
+    assert "FAILED" in result.output and "4096 bytes" in result.output
