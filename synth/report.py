@@ -115,6 +115,12 @@ def _factor_meanings(outcome: Outcome) -> dict[str, str]:
                 meanings[term.name] = (f"1 when kernel {kernel} combines its {_plural(level)}' "
                                        f"partial results on the device (after a barrier), "
                                        f"0 on the host")
+    for kernel, slots_buffered in model.buffers.items():
+        for index, term in slots_buffered.items():
+            if isinstance(term, ex.Var) and kernel in used:
+                meanings[term.name] = (f"2 when kernel {kernel} double-buffers the tiles "
+                                       f"moving into {slots[index].name} (transfers overlap "
+                                       f"compute), 1 otherwise")
     for (kernel, dim, index), term in model.factors.terms.items():
         if not isinstance(term, ex.Var) or kernel not in used:
             continue  # a candidate kernel the schedule does not use: its factors mean nothing

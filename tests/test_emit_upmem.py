@@ -123,8 +123,10 @@ def test_partial_results_of_tasklets_are_combined(tmp_path: Path, on_device: int
     for workload, sizes, kernel, tasklets in (("red", {"N": 4096}, "s", "T.s.i=4"),
                                               ("mv", {"M": 64, "N": 96}, "y", "T.y.j=4")):
         out = tmp_path / workload
+        # single buffered: double buffering pays for MRAM steps, and barriers between them
         emitted(pipeline.Request(workload, "upmem", sizes, fixes=(
-            f"combine.{kernel}.tasklet={on_device}", tasklets)), out)
+            f"combine.{kernel}.tasklet={on_device}", tasklets, f"buffers.{kernel}.wram=1")),
+            out)
         dpu = (out / f"dpu_{kernel}.c").read_text()
         assert (f"/* combine {kernel}_mram += the " in dpu) == bool(on_device)
         assert ("barrier_wait(&sync_tasklets);" in dpu) == bool(on_device)

@@ -375,9 +375,9 @@ def test_verifier_capacity_is_the_models_to_the_byte(case: Case) -> None:
 
 def test_verifier_rejects_a_program_for_a_smaller_wram() -> None:
     program = optimal_program(SOFTMAX)
-    assert memory_usage(build(SOFTMAX).model, optimum(SOFTMAX).env or {})["wram"] > 1024
-    small = load_hardware("upmem", ["wram.capacity=1KiB", "wram.reserved=0"])
-    with pytest.raises(IRError, match=r"expected tiles in one wram to fit 1024 bytes"):
+    assert memory_usage(build(SOFTMAX).model, optimum(SOFTMAX).env or {})["wram"] > 512
+    small = load_hardware("upmem", ["wram.capacity=512B", "wram.reserved=0"])
+    with pytest.raises(IRError, match=r"expected tiles in one wram to fit 512 bytes"):
         verify(program, build(SOFTMAX).workload, small)
 
 
@@ -445,7 +445,8 @@ def test_scalar_reduction_without_parallel_loops_validates(case: Case) -> None:
 def test_scalar_reduction_over_a_padded_extent_runs() -> None:
     case = Case.of("red", "cpu", {"N": 1000}, ("core.count=1",))
     cset = build(case).model.constraints
-    env = cset.complete({"ext.s.i": 1024, "S.s.i": 1, "L.s.i": 128, "Q.s.i": 8})
+    env = cset.complete({"ext.s.i": 1024, "S.s.i": 1, "L.s.i": 128, "Q.s.i": 8,
+                         "buffers.s.l1": 1})
     assert cset.violated(env) == []
     program = materialize(build(case).model, env)
     assert pipeline.validate(program, build(case).workload).passed
@@ -490,7 +491,7 @@ def test_f16_split_sum_validates() -> None:
     case = Case.of("f16sum", "upmem", {}, SMALL_UPMEM, text=F16_SUM)
     cset = build(case).model.constraints
     env = cset.complete({"ext.s.i": 16, "R.s.i": 1, "D.s.i": 4, "M.s.i": 1, "T.s.i": 1,
-                         "Q.s.i": 4, "combine.s.tasklet": 0})
+                         "Q.s.i": 4, "combine.s.tasklet": 0, "buffers.s.wram": 1})
     assert cset.violated(env) == []
     program = materialize(build(case).model, env)
     verify(program, build(case).workload, build(case).hw)

@@ -310,7 +310,7 @@ def test_capacity_of_a_smaller_wram_is_refuted() -> None:
     outcome = softmax(65536)
     program, workload = outcome.program, outcome.workload
     assert program is not None
-    small = load_hardware("upmem", ["wram.capacity=8KiB"])
+    small = load_hardware("upmem", ["wram.capacity=2304B"])  # 256 B usable
     proof = prove(program, workload, small)
     assert not proof.proved
     assert proof.failures and all(f.kind == "capacity" for f in proof.failures)
@@ -353,10 +353,10 @@ RangeSpec = tuple[tuple[str, tuple[int, int, int]], ...]
 
 @functools.cache
 def ranged(workload: str, hw: str, ranges: RangeSpec, sizes: tuple[tuple[str, int], ...] = (),
-           overrides: tuple[str, ...] = ()) -> pipeline.Outcome:
+           overrides: tuple[str, ...] = (), fixes: tuple[str, ...] = ()) -> pipeline.Outcome:
     """A pipeline run with sizes given as ranges (solved at the largest admissible value,
     proved for every one, and run against NumPy at the smallest)."""
-    request = pipeline.Request(workload, hw, dict(sizes), overrides,
+    request = pipeline.Request(workload, hw, dict(sizes), overrides, fixes=fixes,
                                ranges={n: SizeRange(*r) for n, r in ranges})
     outcome = pipeline.run(request)
     assert outcome.program is not None and outcome.proof is not None
@@ -366,7 +366,9 @@ def ranged(workload: str, hw: str, ranges: RangeSpec, sizes: tuple[tuple[str, in
 RANGE_CASES = {
     "softmax/upmem": ("softmax", "upmem", (("N", (1024, 16384, 1024)),), (), ()),
     "va/upmem": ("va", "upmem", (("N", (1000, 20000, 7)),), (), ()),
-    "va/upmem host loop": ("va", "upmem", (("N", (1024, 65536, 1024)),), (), HOST_LOOP),
+    # single buffered: double-buffered tiles are small enough to fit at every N
+    "va/upmem host loop": ("va", "upmem", (("N", (1024, 65536, 1024)),), (), HOST_LOOP,
+                           ("buffers.c.wram=1",)),
     "mv/cpu": ("mv", "cpu", (("N", (64, 512, 64)),), (("M", 32),), ()),
     "mv/cpu two ranges": ("mv", "cpu", (("M", (8, 64, 8)), ("N", (16, 128, 16))), (), ()),
 }
@@ -570,7 +572,7 @@ def test_a_schedule_solved_for_a_smaller_size_is_refuted_for_larger_ones() -> No
 def test_capacity_over_a_range_names_the_size() -> None:
     outcome = range_case("softmax/upmem")
     assert outcome.program is not None
-    small = load_hardware("upmem", ["wram.capacity=4KiB"])
+    small = load_hardware("upmem", ["wram.capacity=2304B"])  # 256 B usable
     admissible = SizeRange(1024, 16384, 1024)
     proof = prove(outcome.program, outcome.workload, small, {"N": admissible})
     failures = [f for f in proof.failures if f.kind == "capacity"]

@@ -21,7 +21,7 @@ import synth.pipeline
 from synth.cli import app
 
 TUNE = ["tune", "softmax", "--hw", "upmem", "--set", "N=4096"]
-WRAM_BY_DROP = ["--vary", "wram.capacity=4KiB,64KiB", "--vary", "drop:capacity.wram=on,off"]
+WRAM_BY_DROP = ["--vary", "wram.capacity=2560B,64KiB", "--vary", "drop:capacity.wram=on,off"]
 
 
 def invoke(*args: str) -> Any:
@@ -62,10 +62,10 @@ def test_json_has_one_row_per_variant_in_product_order(
     data, _ = tuned
     assert data["workload"] == "softmax" and data["hardware"] == "upmem"
     assert data["vary"]["wram.capacity"] == {"kind": "hw", "key": "wram.capacity",
-                                             "values": ["4KiB", "64KiB"]}
+                                             "values": ["2560B", "64KiB"]}
     assert data["vary"]["drop:capacity.wram"]["kind"] == "drop"
     settings = [tuple(v["settings"].values()) for v in data["variants"]]
-    assert settings == [("4KiB", "on"), ("4KiB", "off"), ("64KiB", "on"), ("64KiB", "off")]
+    assert settings == [("2560B", "on"), ("2560B", "off"), ("64KiB", "on"), ("64KiB", "off")]
     for index, variant in enumerate(data["variants"], start=1):
         assert variant["index"] == index
         assert variant["sizes"] == {"N": 4096}
@@ -83,14 +83,15 @@ def test_costs_are_ordered_and_the_small_wram_binds(
         tuned: tuple[dict[str, Any], list[list[str]]]) -> None:
     rows = by_settings(tuned[0])
     for drop in ("on", "off"):  # a smaller WRAM is never cheaper
-        assert rows["4KiB", drop]["objective_ps"] >= rows["64KiB", drop]["objective_ps"]
-    for wram in ("4KiB", "64KiB"):  # dropping a group is never more expensive
+        assert rows["2560B", drop]["objective_ps"] >= rows["64KiB", drop]["objective_ps"]
+    for wram in ("2560B", "64KiB"):  # dropping a group is never more expensive
         assert rows[wram, "on"]["objective_ps"] <= rows[wram, "off"]["objective_ps"]
-    # 4 KiB (2 KiB usable) shapes the optimum; without the rule, WRAM size is irrelevant
-    assert rows["4KiB", "off"]["objective_ps"] > rows["64KiB", "off"]["objective_ps"]
-    assert "capacity.wram" in rows["4KiB", "off"]["binding"]
+    # 2560 B (512 B usable) shapes the optimum (double buffering makes
+    # small WRAM tiles cheap: 4 KiB no longer does); without the rule, WRAM size is irrelevant
+    assert rows["2560B", "off"]["objective_ps"] > rows["64KiB", "off"]["objective_ps"]
+    assert "capacity.wram" in rows["2560B", "off"]["binding"]
     assert "capacity.wram" not in rows["64KiB", "off"]["binding"]
-    assert rows["4KiB", "on"]["objective_ps"] == rows["64KiB", "on"]["objective_ps"]
+    assert rows["2560B", "on"]["objective_ps"] == rows["64KiB", "on"]["objective_ps"]
 
 
 def test_csv_has_one_row_per_variant(tuned: tuple[dict[str, Any], list[list[str]]]) -> None:
@@ -136,7 +137,7 @@ def test_fixing_a_bare_variable_changes_the_schedule() -> None:
 
 def test_human_table(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("COLUMNS", "120")
-    result = invoke(*TUNE, "--vary", "wram.capacity=4KiB,64KiB")
+    result = invoke(*TUNE, "--vary", "wram.capacity=2560B,64KiB")
     assert result.exit_code == 0, result.output
     out = result.stdout
     assert "Variants of softmax on upmem" in out
@@ -144,7 +145,7 @@ def test_human_table(monkeypatch: pytest.MonkeyPatch) -> None:
         assert word in out
     lines = [line for line in out.splitlines() if line.strip().startswith(("1 ", "2 "))]
     assert len(lines) == 2
-    assert "4KiB" in lines[0] and "capacity.wram" in lines[0]
+    assert "2560B" in lines[0] and "capacity.wram" in lines[0]
     assert "64KiB" in lines[1] and "+0.0%" in lines[1]
     assert "━" not in out and "tuning" not in out  # no progress bar off a terminal
 

@@ -12,7 +12,9 @@ The model, per kernel:
   bytes x cost per byte), serialised over the units that share one transfer engine;
 - combine: when a reduced dimension is split across units, the partial results are
   combined on the host;
-- launch: a fixed cost per start of the kernel (per iteration of the root loop).
+- launch: a fixed cost per start of the kernel (per iteration of the root loop);
+- double buffering (`buffers.<kernel>.<memory>` = 2): the moving tiles in that memory
+  take twice the bytes, and its transfers overlap with compute (see `overlapped_transfer`).
 """
 
 from __future__ import annotations
@@ -84,6 +86,8 @@ class KernelTerms:
     # spatial slot -> 0/1: partial results split across its units are combined on the
     # device (through a memory they share, after a barrier) rather than on the host
     combined: Mapping[int, ex.Int] = field(default_factory=dict)
+    # temporal slot -> 1 or 2: tiles moving into its memory are single or double buffered
+    buffered: Mapping[int, ex.Int] = field(default_factory=dict)
 
     @property
     def slots(self) -> tuple[Slot, ...]:
@@ -236,6 +240,8 @@ class Model:
     chosen: Mapping[str, ex.Int] = field(default_factory=dict)
     # kernel -> spatial slot -> 0/1 term: its units combine partial results on the device
     combines: Mapping[str, Mapping[int, ex.Int]] = field(default_factory=dict)
+    # kernel -> temporal slot -> 1/2 term: tiles moving into its memory are double buffered
+    buffers: Mapping[str, Mapping[int, ex.Int]] = field(default_factory=dict)
 
     @property
     def slots(self) -> tuple[Slot, ...]:
@@ -256,7 +262,8 @@ def build_model(workload: Workload, hw: Hardware, kernels: Sequence[KernelSpec],
     factors = build_factors(kernels, hw, slots)
     domains = dict(factors.domains)
     chosen, cover = fusion_choices(workload, kernels, domains)
-    terms = [with_combine_choices(KernelTerms(k, factors, hw), domains) for k in kernels]
+    terms = [with_buffer_choices(with_combine_choices(KernelTerms(k, factors, hw), domains),
+                                 domains) for k in kernels]
     constraints: list[NamedConstraint] = list(cover)
     for kt in terms:
         own = (tiling_constraints(kt) + capacity_constraints(kt, workload)
@@ -265,16 +272,21 @@ def build_model(workload: Workload, hw: Hardware, kernels: Sequence[KernelSpec],
     definitions, count_constraints = unit_counts(terms, hw, chosen)
     constraints += count_constraints
     breakdown: dict[str, ex.Int] = {}
+    objective: list[ex.Int] = []
     for kt in terms:
-        for part, term in kernel_cost(kt, workload).items():
+        parts = kernel_cost(kt, workload)
+        for part, term in parts.items():
             paid = ex.select(_is_one(chosen[kt.kernel.name]), term, 0)
             breakdown[part] = ex.add(breakdown.get(part, ex.ZERO), paid)
+        objective.append(ex.select(_is_one(chosen[kt.kernel.name]),
+                                   kernel_objective(kt, workload, parts), 0))
     cset = ConstraintSet(decisions=domains, definitions=definitions,
                          constraints=tuple(constraints) + tuple(extra),
-                         objective=ex.add(*breakdown.values()), breakdown=breakdown,
+                         objective=ex.add(*objective), breakdown=breakdown,
                          groups=factors.groups)
     return Model(workload, hw, tuple(kernels), factors, cset, chosen,
-                 {kt.kernel.name: kt.combined for kt in terms})
+                 {kt.kernel.name: kt.combined for kt in terms},
+                 {kt.kernel.name: kt.buffered for kt in terms})
 
 
 # ---------------------------------------------------------------- fusion
@@ -322,6 +334,36 @@ def with_combine_choices(kt: KernelTerms, domains: dict[str, tuple[int, ...]]
     return dataclasses.replace(kt, combined=combined)
 
 
+def buffers_decision(kernel: str, memory: str) -> str:
+    """`buffers.s.wram` is 2 when kernel s double-buffers the tiles moving into WRAM."""
+    return f"buffers.{kernel}.{memory}"
+
+
+def with_buffer_choices(kt: KernelTerms, domains: dict[str, tuple[int, ...]]
+                        ) -> KernelTerms:
+    """A 1/2 decision (added to `domains`) for the innermost memory, the one compute
+    reads its tiles from, when its tiles may be double buffered. Not when its parent is
+    the root: copies out of the root memory happen between launches (the root loop is
+    the launch loop), so nothing runs that they could overlap with. Not when no
+    sequential loop around its copies can take more than one step (one load cannot be
+    overlapped). Intermediate memories get none: their transfers would overlap the same
+    compute, and the z3 backend does not finish on models with several overlapped
+    memories per kernel. (Whether the loops do take several steps is up to the factors:
+    where they do not, 2 only costs bytes and the first tile's move, so is not chosen.)"""
+    buffered: dict[int, ex.Int] = {}
+    root = _root_slot(kt)
+    for slot, mem in _memory_slots(kt)[-1:]:
+        loops = copy_loops(kt.slots, kt.kernel, slot)
+        steps = [kt.f(lp.dim, lp.slot) for lp in loops.fixed + loops.optional]
+        if _parent_slot(kt, slot) == root or not kt.moving() or all(s == ex.ONE
+                                                                   for s in steps):
+            continue
+        name = buffers_decision(kt.kernel.name, mem.name)
+        domains[name] = (1, 2)
+        buffered[slot] = ex.Var(name)
+    return dataclasses.replace(kt, buffered=buffered)
+
+
 def when_chosen(used: ex.Int, constraint: NamedConstraint) -> NamedConstraint:
     """The constraint of a candidate kernel binds only when the kernel is chosen:
     used == 0 or the condition (the one direction needed: an unused kernel is free)."""
@@ -361,8 +403,10 @@ def capacity_constraints(kt: KernelTerms, workload: Workload) -> list[NamedConst
         instance = kt.hw.level_index(mem.instance_level)
         copies = ex.mul(*(kt.units(s) for s in kt.spatial_between(instance,
                                                                    kt.slots[slot].level_index)))
-        used = ex.add(*(buffer_bytes(kt, use, mem, slot,
-                                     workload.tensors[use.tensor].dtype.itemsize)
+        buffers = kt.buffered.get(slot, ex.ONE)  # moving tiles are double buffered
+        used = ex.add(*(ex.mul(buffer_bytes(kt, use, mem, slot,
+                                            workload.tensors[use.tensor].dtype.itemsize),
+                               ex.ONE if use.local else buffers)
                         for use in kt.resident(slot)))
         shared = device_combine_capacity(kt, workload, mem)  # one per instance
         out.append(NamedConstraint(
@@ -428,16 +472,77 @@ def unit_counts(terms: Sequence[KernelTerms], hw: Hardware, chosen: Mapping[str,
 
 def kernel_cost(kt: KernelTerms, workload: Workload) -> dict[str, ex.Int]:
     """The parts of one kernel's modelled time, keyed like the JSON breakdown."""
+    compute = compute_cost(kt)
     parts: dict[str, ex.Int] = {
-        "compute": compute_cost(kt),
+        "compute": compute,
         "launch": ex.mul(kt.hw.launch_ps, *(kt.f(d, _root_slot(kt)) for d in kt.kernel.dims)),
         "combine": combine_cost(kt, workload),
         "device_combine": device_combine_cost(kt, workload),
     }
     for slot, mem in _memory_slots(kt):
         parent = kt.hw.memories[kt.hw.memories.index(mem) - 1]
-        parts[f"transfer:{parent.name}->{mem.name}"] = transfer_cost(kt, workload, mem, slot)
+        transfer = transfer_cost(kt, workload, mem, slot)
+        buffers = kt.buffered.get(slot)
+        if buffers is not None:
+            transfer = ex.select(ex.Cmp(buffers, "==", ex.const(2)), overlapped_transfer(
+                transfer, compute, first_transfer_cost(kt, workload, mem, slot)), transfer)
+        parts[f"transfer:{parent.name}->{mem.name}"] = transfer
     return parts
+
+
+def kernel_objective(kt: KernelTerms, workload: Workload, parts: Mapping[str, ex.Int]
+                     ) -> ex.Int:
+    """The sum of the kernel's cost `parts`, written so the solver bounds it well: with
+    one double-buffered memory, compute + its exposed transfer is
+    max(transfer, compute) + first (the compute cancels), which is what this writes."""
+    if len(kt.buffered) != 1:
+        return ex.add(*parts.values())
+    [(slot, buffers)] = kt.buffered.items()
+    mem = kt.hw.memory(kt.slots[slot].name)
+    parent = kt.hw.memories[kt.hw.memories.index(mem) - 1]
+    key = f"transfer:{parent.name}->{mem.name}"
+    compute = parts["compute"]
+    transfer = transfer_cost(kt, workload, mem, slot)
+    first = first_transfer_cost(kt, workload, mem, slot)
+    both = ex.select(ex.Cmp(buffers, "==", ex.const(2)),
+                     ex.add(ex.maximum(transfer, compute), first), ex.add(compute, transfer))
+    return ex.add(*(term for part, term in parts.items() if part not in ("compute", key)),
+                  both)
+
+
+def overlapped_transfer(transfer: ex.Int, compute: ex.Int, first: ex.Int) -> ex.Int:
+    """The exposed time of a double-buffered memory's transfers:
+
+        max(transfer, compute) - compute + first
+
+    While one buffer is computed on, the other is filled (and the previous result
+    drained), so transfers hide behind compute except for what exceeds it. The first
+    tile's load (and the last tile's store) cannot overlap with anything: `first` is the
+    cost of moving one tile of every tensor once, i.e. for each tensor its transfer time
+    divided by `transfer_count` (see `first_transfer_cost`). Never negative:
+    max(transfer, compute) >= compute. The objective writes the kernel's compute plus
+    this as max(transfer, compute) + first (`kernel_objective`), which bounds better."""
+    return ex.add(ex.maximum(transfer, compute), ex.mul(-1, compute), first)
+
+
+def first_transfer_cost(kt: KernelTerms, workload: Workload, mem: Memory, slot: int
+                        ) -> ex.Int:
+    """One move of each tensor's tile between `mem` and its parent, serialised like
+    `transfer_cost`: exactly `tensor_transfer_cost / transfer_count` per tensor, written
+    without the division (latency per operation of one tile + its padded bytes)."""
+    shared = kt.hw.level_index(mem.shared_by)
+    serial = ex.mul(*(kt.units(s) for s in kt.spatial_between(shared,
+                                                              kt.slots[slot].level_index)))
+    total: list[ex.Int] = []
+    for use in kt.moving():
+        itemsize = workload.tensors[use.tensor].dtype.itemsize
+        run = run_terms(kt, use, mem, slot, itemsize)
+        rows = ex.mul(kt.partials(slot, use), *(kt.tile(d, slot) for d in use.indices[:-1]))
+        once = ex.add(ex.mul(mem.latency_ps, rows, run.chunks),
+                      ex.mul(mem.ps_per_byte, buffer_bytes(kt, use, mem, slot, itemsize)))
+        total.append(ex.select(exchanged_on_device(kt, use, slot), 0,
+                               ex.scale(once, int(use.read) + int(use.written))))
+    return ex.scale(ex.add(*total), serial)
 
 
 def compute_cost(kt: KernelTerms) -> ex.Int:

@@ -283,8 +283,48 @@ class Lowering:
         return {t: c for t, c in coeffs.items() if c}, constant
 
     def smt_sum(self, coeffs: dict[ex.Int, int]) -> str:
-        parts = [f"(* {_num(c)} {self.int_of(t)})" for t, c in coeffs.items()]
+        parts = [f"(* {_num(c)} {self.arith(t)})" for t, c in coeffs.items()]
         return "0" if not parts else parts[0] if len(parts) == 1 else f"(+ {' '.join(parts)})"
+
+    def arith(self, term: ex.Int) -> str:
+        """An integer expression equal to `term`: its one-hot's Int, except for a max
+        (the exposed time of double-buffered transfers, `max(transfer, compute)`) and a
+        choice between terms holding one, which stay arithmetic (`ite`): the one-hot of a
+        max of two costs would pair every value of one with every value of the other."""
+        if isinstance(term, ex.Max) and _over_sums(term):
+            out = self.linear_expr(term.args[0])
+            for arg in term.args[1:]:
+                other = self.linear_expr(arg)
+                out = f"(ite (>= {out} {other}) {out} {other})"
+            return out
+        if isinstance(term, ex.Select) and _over_sums(term):
+            return (f"(ite {self.lit(term.cond)} {self.linear_expr(term.then)} "
+                    f"{self.linear_expr(term.other)})")
+        return self.int_of(term)
+
+    def linear_expr(self, term: ex.Int) -> str:
+        coeffs, constant = self.linear(term)
+        return f"(+ {self.smt_sum(coeffs)} {_num(constant)})"
+
+    def bounds_of(self, term: ex.Int) -> tuple[int, int]:
+        """Interval bounds of `term` (`arith` terms: from their parts)."""
+        if isinstance(term, ex.Max | ex.Select) and _over_sums(term):
+            parts = [self.linear_bounds(t) for t in (
+                term.args if isinstance(term, ex.Max) else (term.then, term.other))]
+            if isinstance(term, ex.Max):
+                return max(lo for lo, _ in parts), max(hi for _, hi in parts)
+            return min(lo for lo, _ in parts), max(hi for _, hi in parts)
+        values = [v for _, v in self.onehot(term)]
+        return min(values), max(values)
+
+    def linear_bounds(self, term: ex.Int) -> tuple[int, int]:
+        coeffs, constant = self.linear(term)
+        lo = hi = constant
+        for t, c in coeffs.items():
+            tlo, thi = self.bounds_of(t)
+            lo += min(c * tlo, c * thi)
+            hi += max(c * tlo, c * thi)
+        return lo, hi
 
     def require(self, cond: ex.Cond) -> None:
         if isinstance(cond, ex.AnyOf):
@@ -301,15 +341,22 @@ class Lowering:
     def objective(self) -> tuple[int, int]:
         """Declare `obj` equal to the objective; its interval bounds."""
         coeffs, constant = self.linear(self.cset.objective)
-        lo = hi = constant
-        for term, c in coeffs.items():
-            values = [v for _, v in self.onehot(term)]
-            lo += min(c * min(values), c * max(values))
-            hi += max(c * min(values), c * max(values))
+        lo, hi = self.linear_bounds(self.cset.objective)
         self.lines.append("(declare-const obj Int)")
         self.lines.append(f"(assert (= obj (+ {self.smt_sum(coeffs)} {_num(constant)})))")
         self.lines.append(f"(assert (<= {_num(lo)} obj {_num(hi)}))")
         return lo, hi
+
+
+def _over_sums(term: ex.Int) -> bool:
+    """Whether `term` is a max, or a choice one of whose branches is (or adds) one:
+    lowered as arithmetic where a compared sum holds it, see `Lowering.arith`."""
+    if isinstance(term, ex.Max):
+        return True
+    if isinstance(term, ex.Select):
+        return any(_over_sums(t) or isinstance(t, ex.Sum) and any(_over_sums(i) for i in t.terms)
+                   for t in (term.then, term.other))
+    return False
 
 
 # ---------------------------------------------------------------- solving

@@ -542,13 +542,18 @@ class DpuWriter(CStyle):
         code.comment("MRAM: this DPU's tiles, rows padded to 8 bytes; the host fills and "
                      "drains them")
         for decl in self.plan.launch.mram:
-            size = self.plan.layout(decl.name, self.target).size
+            # a double-buffered tile takes two (see the WRAM note below)
+            size = self.plan.layout(decl.name, self.target).size * decl.buffers
             code(f"__mram_noinit {self.ctype(decl.dtype)} {mram_names[decl.name]}[{size}]; "
                  f"/* {describe(decl)} */")
         code()
         code.comment("WRAM: one tile per tasklet")
         for name, (decl, tiles) in self.wram.items():
-            size = self.plan.layout(name, self.target).size
+            # Double-buffered tiles (decl.buffers == 2) reserve room for two, so the WRAM
+            # footprint is the one the schedule was solved for. The code does not yet
+            # prefetch into the second half: transfers still run before each compute, so
+            # the overlap the cost model counts is not realised by this emitter.
+            size = self.plan.layout(name, self.target).size * decl.buffers
             code(f"static __dma_aligned {self.ctype(decl.dtype)} {self.names(f'buf:{name}')}"
                  f"[{tiles}][{size}]; /* {describe(decl)} */")
         if self.uses_barrier:

@@ -79,6 +79,8 @@ class KernelBuilder:
         self.loops = self._loops()
         self.on_device = {slot for slot, term in model.combines.get(spec.name, {}).items()
                           if ex.evaluate(term, env) == 1}
+        self.buffers = {slot: ex.evaluate(term, env)
+                        for slot, term in model.buffers.get(spec.name, {}).items()}
 
     # -- loops -------------------------------------------------------------------
 
@@ -157,7 +159,8 @@ class KernelBuilder:
             name=f"{use.tensor}_{mem.name}", tensor=use.tensor, memory=mem.name,
             dims=use.indices, shape=tuple(self.tile(d, slot) for d in use.indices),
             origin=tuple(self.origin(d, depth) for d in use.indices), dtype=tensor.dtype,
-            partial_loops=partials)
+            partial_loops=partials,
+            buffers=1 if use.local else self.buffers.get(slot, 1))
 
     def _root_partial_loops(self, use: TensorUse) -> tuple[str, ...]:
         return tuple(v.name for s, v in self.loops if self._splits_reduction(s, v, use))
@@ -185,7 +188,7 @@ class KernelBuilder:
                 if not loops:
                     continue
                 decl = dataclasses.replace(p.decl, name=f"{p.use.tensor}_{mem}_combine",
-                                           memory=mem, partial_loops=loops)
+                                           memory=mem, partial_loops=loops, buffers=1)
                 extra.append(_Placed(p.depth, p.order + 0.5, decl, p.decl.name, p.use,
                                      self._reduce_op(p.use.tensor)))
         return extra

@@ -71,7 +71,9 @@ class BufferDecl:
 
     Its array holds one tile per combination of the parallel loops around its allocation
     (the instances) and, for partial results, one per combination of `partial_loops`:
-    parallel loops inside it that split a reduced dimension.
+    parallel loops inside it that split a reduced dimension. `buffers` is 2 when the
+    tile is double buffered: the memory holds two of it, one computed on while the other
+    is filled (timing only; the values are those of one tile).
     """
 
     name: str
@@ -82,6 +84,7 @@ class BufferDecl:
     origin: tuple[Affine, ...]  # global index of the tile's first element, per axis
     dtype: DType
     partial_loops: tuple[str, ...] = ()
+    buffers: int = 1
 
     def verify(self) -> None:
         if not (len(self.dims) == len(self.shape) == len(self.origin)):
@@ -90,6 +93,8 @@ class BufferDecl:
         if any(n < 1 for n in self.shape):
             raise IRError(f"buffer {self.name}: expected positive tile extents, "
                           f"got {self.shape}")
+        if self.buffers not in (1, 2):
+            raise IRError(f"buffer {self.name}: expected 1 or 2 buffers, got {self.buffers}")
 
 
 # ---------------------------------------------------------------- statements of the IR

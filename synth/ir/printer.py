@@ -72,6 +72,8 @@ def _alloc(buf: BufferDecl) -> str:
         text += f" at {buf.tensor}[{', '.join(str(o) for o in buf.origin)}]"
     if buf.partial_loops:
         text += f" partials over ({', '.join(buf.partial_loops)})"
+    if buf.buffers > 1:
+        text += f" x{buf.buffers}"
     return text
 
 

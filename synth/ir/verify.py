@@ -205,13 +205,14 @@ def instance_copies(buf: BufferDecl, loops: Sequence[LoopVar], hw: Hardware,
 
 
 def buffer_bytes(buf: BufferDecl, mem: Memory) -> int:
-    """Bytes of one tile: rows padded to the memory's transfer multiple."""
+    """Bytes of one tile (twice that when double buffered): rows padded to the memory's
+    transfer multiple."""
     run = (buf.shape[-1] if buf.shape else 1) * buf.dtype.itemsize
     padded = -(-run // mem.rules.multiple) * mem.rules.multiple
     rows = 1
     for n in buf.shape[:-1]:
         rows *= n
-    return rows * padded
+    return rows * padded * buf.buffers
 
 
 def _extent_of(kernel: Kernel, loop: str) -> int:
