@@ -106,8 +106,10 @@ def _factor_meanings(outcome: Outcome) -> dict[str, str]:
         decision = model.chosen.get(spec.name)
         if isinstance(decision, ex.Var):
             names = ", ".join(s.name for s in spec.statements)
-            meanings[decision.name] = (f"1 when kernel {spec.name} runs {names}"
-                                       + (" fused" if len(spec.statements) > 1 else ""))
+            meanings[decision.name] = (
+                f"1 when statements {names} run fused as kernel {spec.name}"
+                if len(spec.statements) > 1 else
+                f"1 when statement {names} runs alone as kernel {spec.name}")
     for kernel, slots_combined in model.combines.items():
         for index, term in slots_combined.items():
             if isinstance(term, ex.Var) and kernel in used:
