@@ -640,31 +640,33 @@ def combine_cost(kt: KernelTerms, workload: Workload) -> ex.Int:
 # ---------------------------------------------------------------- on-device combines
 
 
+def shared_memory(hw: Hardware, level_index: int) -> Memory | None:
+    """The innermost memory below the root that the units of a level share (UPMEM:
+    tasklets share their DPU's WRAM), or None: where their partial results can meet."""
+    shared = [m for m in hw.memories[1:]
+              if hw.level_index(m.instance_level) < level_index <= hw.level_index(m.level)]
+    return shared[-1] if shared else None
+
+
 def device_combine_slots(kt: KernelTerms) -> dict[int, Memory]:
-    """Spatial slots whose units share a memory below the root (UPMEM: tasklets share
-    their DPU's WRAM), with the innermost such memory: partial results split across these
-    units can meet there, after a barrier, instead of travelling to the host."""
-    out: dict[int, Memory] = {}
+    """Spatial slots whose units share a memory below the root, with that memory:
+    partial results split across these units can meet there, after a barrier, instead of
+    travelling to the host."""
     if not kt.kernel.reduced:
-        return out
+        return {}
+    out: dict[int, Memory] = {}
     for index, slot in enumerate(kt.slots):
-        if slot.kind is not SlotKind.SPATIAL:
-            continue
-        shared = [m for m in kt.hw.memories[1:]
-                  if kt.hw.level_index(m.instance_level) < slot.level_index
-                  <= kt.hw.level_index(m.level)]
-        if shared:
-            out[index] = shared[-1]
+        memory = shared_memory(kt.hw, slot.level_index)
+        if slot.kind is SlotKind.SPATIAL and memory is not None:
+            out[index] = memory
     return out
 
 
 def device_combine_memory(model: Model, slot: int) -> str:
-    """The memory an on-device combine at spatial `slot` goes through (see
-    `device_combine_slots`)."""
-    level = model.slots[slot].level_index
-    return [m.name for m in model.hw.memories[1:]
-            if model.hw.level_index(m.instance_level) < level
-            <= model.hw.level_index(m.level)][-1]
+    """The memory an on-device combine at spatial `slot` goes through."""
+    memory = shared_memory(model.hw, model.slots[slot].level_index)
+    assert memory is not None, "a combine decision exists only where units share a memory"
+    return memory.name
 
 
 def reduced_into(kernel: KernelSpec, use: TensorUse) -> list[str]:
