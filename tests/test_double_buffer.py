@@ -199,3 +199,18 @@ def test_emitted_double_buffers_take_twice_the_wram(tmp_path: Path) -> None:
     result = check_upmem(tmp_path / "over")
     assert not result.passed
     assert "WRAM overflow" in result.log
+
+
+@needs_cc
+def test_emitted_double_buffers_prefetch(tmp_path: Path) -> None:
+    """With steps at MRAM, each step loads the next step's tiles into the other half
+    before computing (`if (m_i + 1 < 8)` blocks, tile 0 before the loop) and the program
+    still computes the reference; single buffered, it loads in place."""
+    emit_va(tmp_path / "x2", ("buffers.c.wram=2", "Q.c.i=512", "T.c.i=4", "M.c.i=8"))
+    dpu = (tmp_path / "x2" / "dpu_c.c").read_text()
+    assert dpu.count("if (m_i + 1 < 8) { /* prefetch:") == 2  # a and b; c is only stored
+    assert dpu.index("the first tiles of m_i") < dpu.index("for (uint32_t m_i = 0; m_i < 8;")
+    result = check_upmem(tmp_path / "x2")
+    assert result.passed, result.log[-4000:]
+    emit_va(tmp_path / "x1", ("buffers.c.wram=1", "Q.c.i=512", "T.c.i=4", "M.c.i=8"))
+    assert "prefetch" not in (tmp_path / "x1" / "dpu_c.c").read_text()

@@ -9,16 +9,19 @@ wrong result must fail the check.
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
+import re
 import shutil
 import subprocess
 from importlib import resources
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import pytest
 from conftest import SMALL_UPMEM
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from strategies import GeneratedWorkload, workloads
 
 from synth import pipeline
@@ -26,6 +29,7 @@ from synth.constraints import cpsat
 from synth.constraints.cost import build_model
 from synth.constraints.sample import random_schedule
 from synth.constraints.space import kernel_for
+from synth.emit import upmem
 from synth.emit.cstyle import EmitError
 from synth.emit.upmem import CheckResult, Emission, check_upmem, emit_upmem
 from synth.hwfile import load_hardware
@@ -412,3 +416,251 @@ def test_unaligned_runs_are_refused(tmp_path: Path) -> None:
 def test_other_hardware_is_refused(tmp_path: Path) -> None:
     with pytest.raises(EmitError, match="the UPMEM emitter needs levels host > rank > dpu"):
         emitted(pipeline.Request("va", "cpu", {"N": 64}), tmp_path)
+
+
+# ---------------------------------------------------------------- double buffering
+
+ONE_DPU = ("rank.count=1", "dpu.count=1", "tasklet.count=2")
+
+
+class Dma(NamedTuple):
+    """One line of the stand-in's DMA trace: a tasklet's mram_read or mram_write."""
+
+    call: str
+    mram: str  # MRAM array
+    mram_at: int  # byte offset in it
+    wram: str
+    wram_at: int
+    size: int
+
+
+def dma_trace(out: Path) -> dict[tuple[int, int], list[Dma]]:
+    """Run the program `make check` built, with the stand-in tracing every DMA: the
+    transfers of each (DPU, tasklet), in the order it issued them."""
+    trace = out / "dma.trace"
+    run = subprocess.run(["./host_standin"], cwd=out, capture_output=True, text=True,
+                         timeout=120, env={"STANDIN_DMA_TRACE": str(trace)})
+    assert run.returncode == 0, run.stderr
+    per_tasklet: dict[tuple[int, int], list[Dma]] = {}
+    for line in trace.read_text().splitlines():
+        dpu, tasklet, call, mram, wram, size = line.split()
+        (mram_name, mram_at), (wram_name, wram_at) = (p.split("+") for p in (mram, wram))
+        per_tasklet.setdefault((int(dpu), int(tasklet)), []).append(
+            Dma(call, mram_name, int(mram_at), wram_name, int(wram_at), int(size)))
+    return per_tasklet
+
+
+def at(events: list[Dma], call: str, mram: str) -> list[int]:
+    """Where in `events` the `call`s on MRAM array `mram` are, in order."""
+    return [i for i, e in enumerate(events) if e.call == call and e.mram == mram]
+
+
+def alternate(offsets: list[int]) -> bool:
+    """Whether consecutive tiles use the two halves of their WRAM tile in turn."""
+    return len(set(offsets[:2])) == 2 and all(o == offsets[i % 2] for i, o in enumerate(offsets))
+
+
+@pytest.mark.parametrize("n", [64, 61])  # 61: the last tile lies partly outside the tensors
+def test_double_buffered_loads_go_one_step_ahead(tmp_path: Path, n: int) -> None:
+    """c = a + b in 4 steps per tasklet: tile i + 1 of a and b is loaded, into the other
+    half, before tile i is computed and stored, and the outputs are still right."""
+    emitted(pipeline.Request("va", "upmem", {"N": n}, hw_overrides=ONE_DPU, fixes=(
+        "buffers.c.wram=2", "T.c.i=2", "M.c.i=4")), tmp_path)
+    assert_passes(check_upmem(tmp_path))
+    dpu = (tmp_path / "dpu_c.c").read_text()
+    loop = dpu.index("for (uint32_t m_i = 0; m_i < 4; m_i++)")
+    # in the step: the prefetch, then the compute, then the store
+    assert loop < dpu.index("if (m_i + 1 < 4)", loop) < dpu.index("c[i] = ", loop) \
+        < dpu.index("write_mram(", loop)
+    trace = dma_trace(tmp_path)
+    assert len(trace) == 2  # both tasklets of the one DPU
+    for events in trace.values():
+        stores = at(events, "mram_write", "c_mram")
+        assert len(stores) == 4
+        for tensor in ("a_mram", "b_mram"):
+            loads = at(events, "mram_read", tensor)
+            tiles = [events[i].mram_at for i in loads]
+            assert len(loads) == 4 and tiles == sorted(set(tiles))
+            assert alternate([events[i].wram_at for i in loads])
+            for tile in range(3):  # tile + 1 arrives before tile is done
+                assert loads[tile + 1] < stores[tile]
+        assert alternate([events[i].wram_at for i in stores])
+
+
+def test_an_accumulator_is_loaded_in_place(tmp_path: Path) -> None:
+    """s += x with the tasklets' partial sums in MRAM: the partial sum the next step
+    reads is the one this step writes, so it is not prefetched (x still is)."""
+    emitted(pipeline.Request("red", "upmem", {"N": 128}, hw_overrides=ONE_DPU, fixes=(
+        "buffers.s.wram=2", "combine.s.tasklet=0", "T.s.i=2", "M.s.i=4")), tmp_path)
+    assert_passes(check_upmem(tmp_path))
+    for events in dma_trace(tmp_path).values():
+        loads, stores = at(events, "mram_read", "s_mram"), at(events, "mram_write", "s_mram")
+        assert len(loads) == len(stores) == 4
+        for step in range(3):  # this step's sum is stored before the next step reads it
+            assert loads[step] < stores[step] < loads[step + 1]
+        x = at(events, "mram_read", "x_mram")
+        assert all(x[step + 1] < stores[step] for step in range(3))
+
+
+def test_prefetching_an_accumulator_would_fail_the_check(tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch
+                                                         ) -> None:
+    """The rule above matters, and the check sees it: loading the partial sum one step
+    ahead reads it before this step's store, and the sum comes out wrong."""
+    monkeypatch.setattr(upmem, "written_buffers", lambda nodes: set())
+    emitted(pipeline.Request("red", "upmem", {"N": 128}, hw_overrides=ONE_DPU, fixes=(
+        "buffers.s.wram=2", "combine.s.tasklet=0", "T.s.i=2", "M.s.i=4")), tmp_path)
+    assert (tmp_path / "dpu_s.c").read_text().count("prefetch:") == 2
+    result = check_upmem(tmp_path)
+    assert not result.passed
+    assert "differ from the reference" in result.log
+
+
+@examples(3)
+@given(workloads())
+def test_random_workloads_pass_double_buffered(tmp_path: Path,
+                                               generated: GeneratedWorkload) -> None:
+    """Every kernel double buffered, on a machine small enough for steps at MRAM: the
+    optimum and a random schedule still compute the reference."""
+    workload = parse_workload(generated.text, "generated.syn", "generated")
+    hw = load_hardware("upmem", SMALL_UPMEM + ("wram.capacity=4KiB", "wram.reserved=512B"))
+    names = [d for d in pipeline.encode(workload, hw).constraints.decisions
+             if d.startswith("buffers.")]
+    model = pipeline.encode(workload, hw, fixes=[f"{name}=2" for name in names])
+    optimum = cpsat.solve(model.constraints, 30.0).env
+    assume(optimum is not None)  # two of every tile may not fit
+    inputs = make_inputs(workload, 0)
+    expected = evaluate(workload, inputs)
+    for tag, env in (("optimum", optimum), ("random", random_schedule(model.constraints, 1))):
+        if env is None:
+            continue
+        out = tmp_path / f"{len(list(tmp_path.iterdir()))}_{tag}"
+        emit_upmem(materialize(model, env), workload, hw, out, inputs, expected)
+        result = check_upmem(out)
+        assert result.passed, f"{tag}:\n{generated.text}\n{result.log[-3000:]}"
+
+
+def test_without_a_loop_a_double_buffer_is_one_tile(tmp_path: Path) -> None:
+    """One step per tasklet: nothing to prefetch; the tile uses its first half."""
+    emitted(pipeline.Request("va", "upmem", {"N": 64}, hw_overrides=ONE_DPU, fixes=(
+        "buffers.c.wram=2", "T.c.i=2", "M.c.i=1")), tmp_path)
+    dpu = (tmp_path / "dpu_c.c").read_text()
+    assert "prefetch:" not in dpu and "= a_wram[tasklet];" in dpu
+    assert_passes(check_upmem(tmp_path))
+
+
+# ---------------------------------------------------------------- math on a DPU
+
+
+MATH_FUNCTIONS = {"exp": np.exp, "log": np.log, "sqrt": np.sqrt, "tanh": np.tanh,
+                  "fabs": np.abs}
+
+
+@pytest.fixture(scope="module")
+def dpu_math(tmp_path_factory: pytest.TempPathFactory) -> ctypes.CDLL:
+    """upmem_runtime/dpu_math.c built for the host, each function exported."""
+    out = tmp_path_factory.mktemp("dpu_math")
+    exports = "".join(f"float {f}_f(float x) {{ return math_{f}f(x); }}\n"
+                      f"double {f}_d(double x) {{ return math_{f}(x); }}\n"
+                      for f in MATH_FUNCTIONS)
+    (out / "exports.c").write_text(f'#include <stdint.h>\n#include "{RUNTIME / "dpu_math.c"}"\n'
+                                   f"{exports}")
+    build = subprocess.run(["cc", "-O2", "-std=gnu11", "-Wall", "-Wextra", "-Werror", "-shared",
+                            "-fPIC", "-o", "dpu_math.so", "exports.c"], cwd=out,
+                           capture_output=True, text=True)
+    assert build.returncode == 0, build.stderr
+    return ctypes.CDLL(str(out / "dpu_math.so"))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("name", sorted(MATH_FUNCTIONS))
+def test_dpu_math_matches_numpy(dpu_math: ctypes.CDLL, name: str, dtype: type) -> None:
+    """The DPU runtime has no libm, so DPU programs use synth's: within 4 ulp of the
+    correctly rounded result (sqrt and fabs exact), specials exactly."""
+    rng = np.random.default_rng(0)
+    x = np.concatenate([
+        rng.uniform(-120, 100, 4000), rng.uniform(-2, 2, 4000),
+        np.exp(rng.uniform(-100, 88, 4000)), np.exp(rng.uniform(-740, 700, 2000)),
+        [0.0, -0.0, np.inf, -np.inf, np.nan, 1.0, 4.0, 9.0, 0.5, 1e-45, 1e-40, 1e-310,
+         3.4e38, 88.72, 88.73, -103.9, -104.5, 709.8, -745.2, 1e-8, -1e-8, 0.55, 22.5]])
+    with np.errstate(over="ignore"):  # beyond float32: infinities, as intended
+        x = x.astype(dtype)
+    ctype = ctypes.c_float if dtype is np.float32 else ctypes.c_double
+    fn = getattr(dpu_math, f"{name}_{'f' if dtype is np.float32 else 'd'}")
+    fn.restype, fn.argtypes = ctype, [ctype]
+    got = np.array([fn(v) for v in x.tolist()], dtype=dtype)
+    with np.errstate(all="ignore"):
+        want = MATH_FUNCTIONS[name](x.astype(np.float64)).astype(dtype)
+    finite = np.isfinite(want)
+    assert np.array_equal(got[~finite], want[~finite], equal_nan=True)
+    assert np.isfinite(got[finite]).all()
+    ulps = np.abs(got[finite].astype(np.float64) - want[finite]) / np.spacing(
+        np.abs(want[finite]))
+    assert ulps.max() <= (0 if name in ("sqrt", "fabs") else 4), name
+
+
+# ---------------------------------------------------------------- the real SDK's API
+
+# Parameters of the SDK calls the emitted sources make, from the SDK's headers (see
+# upmem_runtime/SDK_NOTES.md): host include/dpu/dpu.h; DPU syslib/defs.h, mram.h,
+# barrier.h, alloc.h. DPU_FOREACH takes the set, a DPU and optionally an index.
+SDK_ARITY: dict[str, tuple[int, ...]] = {
+    "dpu_alloc": (3,), "dpu_free": (1,), "dpu_load": (3,), "dpu_launch": (2,),
+    "dpu_sync": (1,), "dpu_prepare_xfer": (2,), "dpu_push_xfer": (6,),
+    "dpu_broadcast_to": (6,), "dpu_copy_to": (5,), "dpu_copy_from": (5,),
+    "dpu_get_nr_dpus": (2,), "DPU_ASSERT": (1,), "DPU_FOREACH": (2, 3),
+    "me": (0,), "mram_read": (3,), "mram_write": (3,), "barrier_wait": (1,),
+    "BARRIER_INIT": (2,), "mem_alloc": (1,), "mem_reset": (0,),
+}
+# Headers a DPU program can include: the DPU runtime's stdlib and syslib (no <math.h>)
+DPU_HEADERS = {"stdint.h", "stddef.h", "stdbool.h", "string.h", "float.h", "limits.h",
+               "defs.h", "mram.h", "barrier.h", "alloc.h", "attributes.h", "perfcounter.h"}
+
+
+def call_arities(source: str, name: str) -> list[int]:
+    """How many arguments each call (or declaration) of `name` in C `source` has."""
+    arities = []
+    for match in re.finditer(rf"(?<![\w.>]){name}\s*\(", source):
+        depth, start, args = 1, match.end(), []
+        at = start
+        while depth:
+            char = source[at]
+            if char in "([{":
+                depth += 1
+            elif char in ")]}":
+                depth -= 1
+            elif char == "," and depth == 1:
+                args.append(source[start:at])
+                start = at + 1
+            elif char == '"':
+                at = source.index('"', at + 1)
+            at += 1
+        args.append(source[start:at - 1])
+        empty = len(args) == 1 and args[0].strip() in ("", "void")
+        arities.append(0 if empty else len(args))
+    return arities
+
+
+def test_emitted_calls_have_the_sdk_arity(softmax: Emission) -> None:
+    """Every SDK call in the emitted sources has the real headers' arity, and so does every
+    declaration in the stand-in (so `make check` rejects what the SDK would)."""
+    out = softmax.out_dir
+    host = (out / "host.c").read_text()
+    dpus = [(out / f"dpu_{k}.c").read_text() for k in softmax.kernels]
+    seen = set()
+    for source in [host, *dpus]:
+        for name, arity in SDK_ARITY.items():
+            calls = call_arities(source, name)
+            assert all(n in arity for n in calls), (name, calls)
+            seen |= {name} if calls else set()
+    assert seen >= {"dpu_alloc", "dpu_free", "dpu_load", "dpu_launch", "dpu_prepare_xfer",
+                    "dpu_push_xfer", "dpu_broadcast_to", "DPU_FOREACH", "DPU_ASSERT", "me",
+                    "mram_read", "mram_write", "barrier_wait", "BARRIER_INIT"}
+    for dpu in dpus:
+        assert set(re.findall(r"#include <([\w/.]+)>", dpu)) <= DPU_HEADERS
+    headers = "".join((RUNTIME / h).read_text() for h in ("dpu.h", "defs.h", "mram.h",
+                                                          "barrier.h", "alloc.h"))
+    for name, arity in SDK_ARITY.items():
+        if name not in ("DPU_FOREACH", "DPU_ASSERT"):
+            declared = call_arities(headers, name)
+            assert declared and all(n in arity for n in declared), (name, declared)

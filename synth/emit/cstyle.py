@@ -217,6 +217,11 @@ class CStyle:
         return self.helper("abs_int", "static inline int abs_int(int a) "
                                       "{ return a < 0 ? -a : a; }")
 
+    def math_function(self, name: str) -> str:
+        """The C function to call for the libm function `name` (`expf`, `sqrt`, ...):
+        libm's own here. A target whose C library has no libm returns its own helper."""
+        return name
+
     # -- expressions -------------------------------------------------------------
 
     def expr(self, expr: Expr, access: Callable[[Access], str],
@@ -262,15 +267,16 @@ class CStyle:
             return Typed(f"{name}({arg.code}, {zero})", arg.is_float)
         if fn == "abs":
             if arg.is_float:
-                return Typed(f"fabs{suffix}({arg.code})", True)
+                return Typed(f"{self.math_function(f'fabs{suffix}')}({arg.code})", True)
             return Typed(f"{self.int_abs()}({arg.code})", False)
         one = self.literal(1.0, real).code
         if fn == "recip":
             return Typed(f"{one} / {_wrap(arg, MUL + 1)}", True, MUL)
         if fn == "rsqrt":
-            return Typed(f"{one} / sqrt{suffix}({arg.code})", True, MUL)
+            return Typed(f"{one} / {self.math_function(f'sqrt{suffix}')}({arg.code})", True,
+                         MUL)
         if fn in ("exp", "log", "sqrt", "tanh"):
-            return Typed(f"{fn}{suffix}({arg.code})", True)
+            return Typed(f"{self.math_function(f'{fn}{suffix}')}({arg.code})", True)
         raise EmitError(f"{self.emitter_name} cannot emit the function {fn!r}")
 
     def cast(self, value: Typed, dtype: DType) -> str:

@@ -27,6 +27,16 @@ outside tasklet loops (filling a combine buffer, combining the tasklets' partial
 on the DPU) is done by tasklet 0, and a barrier separates writes to a buffer the tasklets
 share (MRAM, a combine buffer) from reads by another tasklet.
 
+Double buffering (`BufferDecl.buffers == 2`, see `PingPong`): a WRAM tile allocated in the
+steps of a sequential loop takes two halves and step i works on half i & 1. Its load is
+issued one step ahead: step i loads tile i + 1 into the other half before computing on
+tile i (tile 0 is loaded before the loop), unless something in the loop writes the
+load's source (an accumulator read back from MRAM is loaded in place). `mram_read` blocks
+the calling tasklet (one `ldma` instruction), so within a tasklet this only orders the
+transfers; on the hardware the DMA overlaps with the other tasklets' compute, with or
+without double buffering (see `upmem_runtime/SDK_NOTES.md`). The DPU runtime has no libm:
+math functions come from `upmem_runtime/dpu_math.c`, copied into the DPU programs.
+
 Every buffer is laid out as the cost model counts it: partial results first, then rows
 whose innermost axis is padded to 8 bytes, so every DMA run starts 8-byte aligned. Tiles
 are copied whole between MRAM and WRAM; elements outside the tensor (a ragged last tile)
@@ -37,12 +47,14 @@ only elements inside the tensor.
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import os
+import re
 import signal
 import subprocess
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -418,6 +430,96 @@ class _Splitter:
                                 f"statements; the host can only move data around a launch")
 
 
+# ---------------------------------------------------------------- double buffering
+
+
+@dataclass(frozen=True)
+class PingPong:
+    """How the steps of one sequential loop on a DPU double-buffer their WRAM tiles: each
+    of `tiles` (allocated in a step, `buffers == 2`) alternates between its two halves on
+    the parity of the loop index, and each load in `ahead` is issued one step early, into
+    the half the next step works on; the first step's are issued before the loop."""
+
+    var: LoopVar
+    tiles: frozenset[str]
+    ahead: tuple[Load, ...]
+
+
+def ping_pong(loop: Loop, per_tasklet: bool) -> PingPong | None:
+    """The double buffering of `loop`'s steps, or None if it has none.
+
+    Only one tasklet's tiles are double buffered: those allocated inside a tasklet loop,
+    or all, when the loop itself runs inside one (`per_tasklet`); tiles of nested
+    sequential loops belong to those loops. A load goes ahead only when nothing in the
+    loop writes its source: the next step's tile must not depend on this step's stores
+    (an accumulator read back from MRAM or from a combine buffer is loaded in place)."""
+    if loop.var.kind is not LoopKind.SEQUENTIAL or loop.var.extent < 2:
+        return None
+    step = list(_step_nodes(loop.body, per_tasklet))
+    tiles = frozenset(n.buffer.name for n in step if isinstance(n, Alloc)
+                      and n.buffer.memory == "wram" and n.buffer.buffers == 2)
+    if not tiles:
+        return None
+    written = written_buffers(loop.body)
+    ahead = tuple(n for n in step if isinstance(n, Load) and n.dst in tiles
+                  and n.src not in written)
+    return PingPong(loop.var, tiles, ahead)
+
+
+def _step_nodes(nodes: tuple[Node, ...], per_tasklet: bool) -> Iterator[Node]:
+    """The nodes of one step that run as one tasklet's own work: inside tasklet loops (or
+    all, when `per_tasklet`), but not inside nested sequential loops."""
+    for node in nodes:
+        if _is_tasklet_loop(node):
+            assert isinstance(node, Loop)
+            yield from _step_nodes(node.body, True)
+        elif not isinstance(node, Loop) and per_tasklet:
+            yield node
+
+
+def written_buffers(nodes: tuple[Node, ...]) -> set[str]:
+    """Every buffer something in `nodes` writes (at any depth)."""
+    written: set[str] = set()
+    for node in walk(nodes):
+        if isinstance(node, Store | Load):
+            written.add(node.dst)
+        elif isinstance(node, Fill):
+            written.add(node.buffer)
+        elif isinstance(node, Combine):
+            written |= {node.target, node.partials}
+        elif isinstance(node, Compute):
+            written.add(node.out)
+    return written
+
+
+# ---------------------------------------------------------------- math on a DPU
+
+DPU_MATH = "dpu_math.c"
+
+
+@functools.cache
+def dpu_math() -> Mapping[str, tuple[tuple[str, ...], str]]:
+    """synth's math functions for DPU programs (`upmem_runtime/dpu_math.c`): each one's
+    C definition (with the comment above it) and the functions it calls."""
+    text = resources.files("synth.emit").joinpath("upmem_runtime", DPU_MATH).read_text()
+    lines = text.splitlines()
+    functions: dict[str, tuple[tuple[str, ...], str]] = {}
+    for at, line in enumerate(lines):
+        head = re.match(r"static .*\b(math_\w+)\(", line)
+        if not head:
+            continue
+        first = at
+        while first > 0 and lines[first - 1].lstrip().startswith(("/*", "*")):
+            first -= 1
+        last = lines.index("}", at)
+        comment = " ".join(lines[first:at])
+        needs = re.search(r"needs: ([\w, ]+)", comment)
+        functions[head.group(1)] = (
+            tuple(n.strip() for n in needs.group(1).split(",")) if needs else (),
+            "\n".join(lines[first:last + 1]))
+    return functions
+
+
 # ---------------------------------------------------------------- the DPU program
 
 
@@ -452,7 +554,7 @@ class DpuWriter(CStyle):
         self.plan = plan
         self.workload = workload
         self.target = target
-        self.names = Names(DPU_RESERVED)
+        self.names = Names(DPU_RESERVED + tuple(dpu_math()))
         self.extents = {name: var.extent for name, var in plan.loops.items()}
         self.outer = {v.name for v in plan.launch.grid + plan.launch.host_loops}
         self.outer_used: set[str] = set()
@@ -461,6 +563,12 @@ class DpuWriter(CStyle):
         self.mram_names = {d.name: self.names(f"buf:{d.name}", d.name)
                            for d in plan.launch.mram}
         self.region_units = 1  # tasklet units of the region being rendered
+        self.tile_units: dict[str, str] = {}  # WRAM buffer -> index of this unit's tile
+        # double buffering (see PingPong): the half each tile is in, in C; the loads that
+        # go one step ahead, with their loop; what index expressions take a loop's value as
+        self.halves: dict[str, str] = {}
+        self.ahead: dict[Load, PingPong] = {}
+        self.shifts: dict[str, Affine] = {}
         self.uses_tasklet = False
         self.uses_barrier = False
         self.uses_math = False
@@ -509,8 +617,6 @@ class DpuWriter(CStyle):
         code(" * against synth's stand-in runtime by `make check`.")
         code(" */")
         code("#include <stdint.h>")
-        if self.uses_math:
-            code("#include <math.h>")
         if self.uses_string:
             code("#include <string.h>")
         code()
@@ -524,6 +630,33 @@ class DpuWriter(CStyle):
              f'-DNR_TASKLETS={self.plan.tasklets}"')
         code("#endif")
         code()
+        if self.uses_math:
+            self.float_specials(code)
+
+    def float_specials(self, code: Code) -> None:
+        """INFINITY and NAN without <math.h>, which the DPU runtime does not have."""
+        code.comment("No <math.h> on a DPU (its runtime has no libm): infinities and NaN "
+                     "from compiler builtins, math functions from synth (math_*, below)")
+        for name, value in (("INFINITY", "__builtin_inff()"), ("NAN", '__builtin_nanf("")')):
+            code(f"#ifndef {name}")
+            code(f"#define {name} {value}")
+            code("#endif")
+        code()
+
+    def math_function(self, name: str) -> str:
+        """synth's own `math_<name>` (upmem_runtime/dpu_math.c), copied into the file with
+        the functions it calls: the DPU runtime has no libm."""
+        self.uses_math = True
+        return self.math_helper(f"math_{name}")
+
+    def math_helper(self, name: str) -> str:
+        if name not in dpu_math():
+            raise EmitError(f"{self.emitter_name} has no DPU version of "
+                            f"{name.removeprefix('math_')}; add it to upmem_runtime/{DPU_MATH}")
+        needs, definition = dpu_math()[name]
+        for need in needs:
+            self.math_helper(need)
+        return self.helper(name, definition)
 
     def declarations(self, code: Code, args_type: str, fields: Mapping[str, str],
                      mram_names: Mapping[str, str]) -> None:
@@ -548,11 +681,11 @@ class DpuWriter(CStyle):
                  f"/* {describe(decl)} */")
         code()
         code.comment("WRAM: one tile per tasklet")
+        if any(decl.buffers == 2 for decl, _ in self.wram.values()):
+            for line in DOUBLE_BUFFERING.splitlines():
+                code(line)
         for name, (decl, tiles) in self.wram.items():
-            # Double-buffered tiles (decl.buffers == 2) reserve room for two, so the WRAM
-            # footprint is the one the schedule was solved for. The code does not yet
-            # prefetch into the second half: transfers still run before each compute, so
-            # the overlap the cost model counts is not realised by this emitter.
+            # a double-buffered tile (decl.buffers == 2) has two halves, see above
             size = self.plan.layout(name, self.target).size * decl.buffers
             code(f"static __dma_aligned {self.ctype(decl.dtype)} {self.names(f'buf:{name}')}"
                  f"[{tiles}][{size}]; /* {describe(decl)} */")
@@ -589,7 +722,28 @@ class DpuWriter(CStyle):
         return self.names(name) if name.startswith("#") else self.var(name)
 
     def index(self, value: Affine) -> str:
-        return self.affine(value, self.ident).code
+        return self.affine(self.shifted(value), self.ident).code
+
+    def shifted(self, value: Affine) -> Affine:
+        """`value` with the loop variables in `shifts` replaced (a step ahead, or the
+        first step)."""
+        out = Affine((), value.const)
+        for var, coeff in value.terms:
+            out = out + (scale(self.shifts[var], coeff) if var in self.shifts
+                         else term(var, coeff))
+        return out
+
+    @contextlib.contextmanager
+    def shifting(self, shifts: Mapping[str, Affine], halves: Mapping[str, str]
+                 ) -> Iterator[None]:
+        """Render with loop variables replaced (`shifts`) and tiles in given halves."""
+        saved = (dict(self.shifts), dict(self.halves))
+        self.shifts.update(shifts)
+        self.halves.update(halves)
+        try:
+            yield
+        finally:
+            self.shifts, self.halves = saved
 
     def barrier(self, code: Code) -> None:
         if self.plan.tasklets > 1:
@@ -642,15 +796,24 @@ class DpuWriter(CStyle):
         return wait
 
     def sequential(self, code: Code, node: Loop) -> None:
-        var = node.var
-        with self.for_loop(code, self.var(var.name), var.extent,
-                           f"{var.symbol} = {var.extent}: steps at {var.where}"):
+        def step() -> None:
             self.device(code, node.body)
             reads, writes = shared_access(node.body)
             if reads & writes:  # the next step reads what another tasklet wrote
                 self.barrier(code)
 
+        var = node.var
+        self.steps(code, node, f"{var.symbol} = {var.extent}: steps at {var.where}", None,
+                   step)
+
     def region(self, code: Code, loop: Loop) -> None:
+        with self.tasklets(code, loop) as body:
+            self.unit(code, body, "tasklet")
+
+    @contextlib.contextmanager
+    def tasklets(self, code: Code, loop: Loop) -> Iterator[tuple[Node, ...]]:
+        """A region of tasklets: the guard of the tasklets with a unit, their loop indices
+        from `me()`; yields the body each of them runs."""
         chain, body = _tasklet_chain(loop)
         units = math.prod(v.extent for v in chain)
         self.uses_tasklet = True
@@ -665,8 +828,89 @@ class DpuWriter(CStyle):
                     at += f" % {v.extent}"
                 code(f"const uint32_t {self.var(v.name)} = {at};")
             self.region_units = units
-            self.unit(code, body, "tasklet")
-            self.region_units = 1
+            try:
+                yield body
+            finally:
+                self.region_units = 1
+
+    # -- double buffering ------------------------------------------------------------
+
+    def steps(self, code: Code, loop: Loop, comment: str, unit: str | None,
+              step: Callable[[], None]) -> None:
+        """A sequential loop whose body `step` renders; with double-buffered tiles, the
+        first step's loads go before it and each step's tiles alternate halves. `unit` is
+        the tasklet unit the loop runs in (None: outside tasklet loops)."""
+        plan = ping_pong(loop, per_tasklet=unit == "tasklet")
+        if plan is not None and plan.ahead:
+            self.first_step(code, loop, plan, unit)
+        with self.for_loop(code, self.var(loop.var.name), loop.var.extent, comment), \
+                self.stepping(plan):
+            step()
+
+    @contextlib.contextmanager
+    def stepping(self, plan: PingPong | None) -> Iterator[None]:
+        """Inside a loop's steps: its tiles in half `index & 1`, its loads going ahead."""
+        if plan is None:
+            yield
+            return
+        saved = dict(self.ahead)
+        self.ahead.update(dict.fromkeys(plan.ahead, plan))
+        try:
+            with self.shifting({}, dict.fromkeys(plan.tiles, f"{self.var(plan.var.name)} & 1")):
+                yield
+        finally:
+            self.ahead = saved
+
+    def first_step(self, code: Code, loop: Loop, plan: PingPong, unit: str | None) -> None:
+        """Before the loop: the loads that go ahead, for step 0, into half 0."""
+        with code.block("", f"double buffering: the first tiles of {loop.var.name}, ahead "
+                            f"of the loop"), \
+                self.shifting({loop.var.name: Affine()}, dict.fromkeys(plan.tiles, "0")):
+            self.ahead_loads(code, loop.body, plan, unit)
+
+    def ahead_loads(self, code: Code, nodes: tuple[Node, ...], plan: PingPong,
+                    unit: str | None) -> None:
+        """The allocations and loads of `nodes` that go ahead, each in its tasklet region."""
+        targets = {load.dst for load in plan.ahead}
+        for node in nodes:
+            if _is_tasklet_loop(node) and unit is None:
+                assert isinstance(node, Loop)
+                if any(n in plan.ahead for n in walk(node.body)):
+                    with self.tasklets(code, node) as body:
+                        self.ahead_loads(code, body, plan, "tasklet")
+            elif isinstance(node, Alloc) and unit is not None and node.buffer.name in targets:
+                self.alloc(code, node.buffer, unit)
+            elif isinstance(node, Load) and unit is not None and node in plan.ahead:
+                self.dma(code, node.dst, node.src, read=True)
+
+    def prefetch(self, code: Code, load: Load) -> None:
+        """The load of the next step, now, into the other half of its tile. mram_read
+        returns once the tile is in WRAM, so the half is ready when the next step starts
+        (and the store of the step before, from that half, has finished)."""
+        plan = self.ahead[load]
+        var = self.var(plan.var.name)
+        decl = self.plan.buffers[load.dst]
+        with code.block(f"if ({var} + 1 < {plan.var.extent})",
+                        f"prefetch: {load.dst} of step {plan.var.name} + 1, into the other "
+                        f"half"):
+            ahead = self.names(f"ahead:{decl.name}", f"{self.tiles[decl.name]}_next")
+            address = self.tile_address(decl, self.tile_units[decl.name], f"({var} + 1) & 1")
+            code(f"{self.ctype(decl.dtype)} *const {ahead} = {address};")
+            current = self.tiles[decl.name]
+            self.tiles[decl.name] = ahead
+            try:
+                with self.shifting({plan.var.name: term(plan.var.name) + Affine((), 1)}, {}):
+                    self.dma(code, load.dst, load.src, read=True)
+            finally:
+                self.tiles[decl.name] = current
+
+    def tile_address(self, decl: BufferDecl, unit: str, half: str | None) -> str:
+        """This unit's tile of a WRAM buffer: its first half, or the given one (in C)."""
+        array = self.names(f"buf:{decl.name}", decl.name)
+        if decl.buffers == 1 or half in (None, "0"):
+            return f"{array}[{unit}]"
+        size = self.plan.layout(decl.name, self.target).size
+        return f"&{array}[{unit}][({half}) * {size}]"
 
     # -- one unit's code -------------------------------------------------------------
 
@@ -674,11 +918,12 @@ class DpuWriter(CStyle):
         """The code of one tasklet unit (`unit` is its tile index)."""
         for node in nodes:
             if isinstance(node, Loop) and node.var.kind is LoopKind.SEQUENTIAL:
-                with self.for_loop(code, self.var(node.var.name), node.var.extent,
-                                   f"{node.var.symbol} = {node.var.extent}"):
-                    self.unit(code, node.body, unit)
+                self.steps(code, node, f"{node.var.symbol} = {node.var.extent}", unit,
+                           functools.partial(self.unit, code, node.body, unit))
             elif isinstance(node, Alloc):
                 self.alloc(code, node.buffer, unit)
+            elif isinstance(node, Load) and node in self.ahead:
+                self.prefetch(code, node)
             elif isinstance(node, Load):
                 self.dma(code, node.dst, node.src, read=True)
             elif isinstance(node, Store):
@@ -708,12 +953,14 @@ class DpuWriter(CStyle):
         if known is not None and known[0] != decl:
             raise EmitError(f"kernel {self.kernel}: two WRAM buffers named {decl.name}")
         self.wram[decl.name] = (decl, max(tiles, known[1] if known else 1))
-        array = self.names(f"buf:{decl.name}", decl.name)
         tile = self.names(f"tile:{decl.name}", f"{decl.tensor}_partials" if decl.partial_loops
                           else decl.tensor)
         self.tiles[decl.name] = tile
-        code(f"{self.ctype(decl.dtype)} *const {tile} = {array}[{unit}]; "
-             f"/* {decl.name}: {describe(decl)} */")
+        self.tile_units[decl.name] = unit
+        half = self.halves.get(decl.name)
+        note = f", half {half}" if half and decl.buffers == 2 else ""
+        code(f"{self.ctype(decl.dtype)} *const {tile} = {self.tile_address(decl, unit, half)}; "
+             f"/* {decl.name}: {describe(decl)}{note} */")
 
     def fill(self, code: Code, node: Fill) -> None:
         decl = self.plan.buffers[node.buffer]
@@ -911,6 +1158,18 @@ class DpuWriter(CStyle):
             "tile;\n}"))
 
 
+DOUBLE_BUFFERING = """\
+/* Double-buffered tiles (x2) take two halves. In the sequential loop around them, step i
+ * works on half i & 1 and, before computing, loads tile i + 1 into the other half (the
+ * "prefetch" blocks; tile 0 is loaded before the loop). A tile whose source the loop
+ * writes (an accumulator read back every step) is loaded in place instead. mram_read and
+ * mram_write return when the transfer is done (one ldma/sdma instruction, which suspends
+ * the calling tasklet; the SDK has no asynchronous MRAM transfer), so a half is refilled
+ * only after its store has finished. Within one tasklet the prefetch therefore only
+ * orders the transfers: on a DPU the DMA engine overlaps with the compute of the other
+ * tasklets, which the pipeline interleaves, with or without double buffering. */"""
+
+
 def _uses_math(expr: Expr) -> bool:
     """Whether C needs <math.h> for `expr`: functions, or an infinite or NaN literal."""
     return any((isinstance(n, Call) and n.fn not in ("max", "min", "relu", "recip"))
@@ -956,6 +1215,8 @@ def describe(decl: BufferDecl) -> str:
         if decl.shape else f"{decl.dtype.value}[] {decl.tensor}"
     if decl.partial_loops:
         text += f", partials over ({', '.join(decl.partial_loops)})"
+    if decl.buffers == 2:
+        text += " x2"
     return text
 
 

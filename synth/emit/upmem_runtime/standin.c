@@ -12,6 +12,9 @@
  *   right memory. WRAM overflow is checked at dpu_load (globals + stacks) and by mem_alloc.
  * - Any violation prints one line naming the DPU, the tasklet, the call and the numbers,
  *   and exits with status 3. A barrier that can never be released is reported the same way.
+ * - With STANDIN_DMA_TRACE=<file> in the environment, every DMA appends a line to <file>:
+ *   "<dpu> <tasklet> <call> <mram symbol>+<offset> <wram symbol>+<offset> <bytes>", in the
+ *   order each tasklet issued them (tests check the order of double-buffered transfers).
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -251,11 +254,17 @@ static void swap_globals(struct dpu *dpu, int in)
 
 /* ------------------------------------------------------------------ host API */
 
-const char *dpu_error_to_string(dpu_error_t status)
+static const char *error_text(dpu_error_t status)
 {
     switch (status) {
     case DPU_OK: return "success";
     case DPU_ERR_ALLOCATION: return "cannot allocate DPUs";
+    case DPU_ERR_INVALID_DPU_SET: return "invalid DPU set";
+    case DPU_ERR_INVALID_WRAM_ACCESS: return "invalid WRAM access";
+    case DPU_ERR_INVALID_MRAM_ACCESS: return "invalid MRAM access";
+    case DPU_ERR_INVALID_SYMBOL_ACCESS: return "invalid symbol access";
+    case DPU_ERR_TRANSFER_ALREADY_SET: return "transfer buffer already set";
+    case DPU_ERR_NO_PROGRAM_LOADED: return "no program loaded";
     case DPU_ERR_UNKNOWN_SYMBOL: return "unknown symbol";
     case DPU_ERR_INVALID_MEMORY_TRANSFER: return "invalid memory transfer";
     case DPU_ERR_ELF_NO_SUCH_FILE: return "no such DPU binary";
@@ -263,11 +272,21 @@ const char *dpu_error_to_string(dpu_error_t status)
     }
 }
 
-int standin_dpu_at(struct dpu_set_t set, uint32_t i, struct dpu_set_t *dpu)
+/* As in the SDK, a string the caller frees. */
+char *dpu_error_to_string(dpu_error_t status)
 {
-    if (i >= set.count)
+    const char *text = error_text(status);
+    char *copy = malloc(strlen(text) + 1);
+    if (!copy)
+        fail("out of host memory");
+    return strcpy(copy, text);
+}
+
+int standin_dpu_at(const struct dpu_set_t *set, uint32_t i, struct dpu_set_t *dpu)
+{
+    if (i >= set->count)
         return 0;
-    dpu->first = set.first + i;
+    dpu->first = set->first + i;
     dpu->count = 1;
     return 1;
 }
@@ -327,11 +346,18 @@ dpu_error_t dpu_load(struct dpu_set_t set, const char *binary_path,
     return DPU_OK;
 }
 
+/* As in the SDK: the buffer is set even when one was, but that is reported. */
 dpu_error_t dpu_prepare_xfer(struct dpu_set_t set, void *buffer)
 {
-    for (uint32_t i = 0; i < set.count; i++)
+    dpu_error_t status = DPU_OK;
+    for (uint32_t i = 0; i < set.count; i++) {
+        if (buffer && dpus[set.first + i].prepared)
+            status = refuse(DPU_ERR_TRANSFER_ALREADY_SET,
+                            "dpu_prepare_xfer: DPU %u already has a buffer for the next transfer",
+                            set.first + i);
         dpus[set.first + i].prepared = buffer;
-    return DPU_OK;
+    }
+    return status;
 }
 
 static const struct standin_symbol *find_symbol(const struct dpu *dpu, const char *name,
@@ -353,21 +379,22 @@ static dpu_error_t transfer(uint32_t index, const char *call, const char *name, 
     struct dpu *dpu = &dpus[index];
     size_t base;
     if (!dpu->layout)
-        return refuse(DPU_ERR_INTERNAL, "%s(\"%s\"): DPU %u has no program loaded", call, name,
-                      index);
+        return refuse(DPU_ERR_NO_PROGRAM_LOADED, "%s(\"%s\"): DPU %u has no program loaded",
+                      call, name, index);
     const struct standin_symbol *symbol = find_symbol(dpu, name, &base);
     if (!symbol)
         return refuse(DPU_ERR_UNKNOWN_SYMBOL, "%s: program %s has no symbol \"%s\"", call,
                       dpu->layout->program->name, name);
     unsigned granule = symbol->memory == STANDIN_IN_MRAM ? 8 : 4;
     if (offset % granule || length % granule)
-        return refuse(DPU_ERR_INVALID_MEMORY_TRANSFER,
+        return refuse(symbol->memory == STANDIN_IN_MRAM ? DPU_ERR_INVALID_MRAM_ACCESS
+                                                        : DPU_ERR_INVALID_WRAM_ACCESS,
                       "%s(\"%s\", offset %u, %zu bytes) on DPU %u: %s transfers need offsets "
                       "and sizes that are multiples of %u",
                       call, name, offset, length, index,
                       symbol->memory == STANDIN_IN_MRAM ? "MRAM" : "WRAM", granule);
     if (offset + length > symbol->size)
-        return refuse(DPU_ERR_INVALID_MEMORY_TRANSFER,
+        return refuse(DPU_ERR_INVALID_SYMBOL_ACCESS,
                       "%s(\"%s\", offset %u, %zu bytes) on DPU %u: runs past the end of %s "
                       "(%zu bytes)",
                       call, name, offset, length, index, name, symbol->size);
@@ -379,7 +406,8 @@ static dpu_error_t transfer(uint32_t index, const char *call, const char *name, 
     return DPU_OK;
 }
 
-/* DPUs without a prepared buffer take no part, as with the SDK. */
+/* DPUs without a prepared buffer take no part, as with the SDK (which builds its transfer
+ * matrix from the DPUs whose buffer is set, then clears them all unless NO_RESET). */
 dpu_error_t dpu_push_xfer(struct dpu_set_t set, dpu_xfer_t xfer, const char *name,
                           uint32_t offset, size_t length, dpu_xfer_flags_t flags)
 {
@@ -418,8 +446,8 @@ dpu_error_t dpu_copy_to(struct dpu_set_t set, const char *name, uint32_t offset,
 dpu_error_t dpu_copy_from(struct dpu_set_t set, const char *name, uint32_t offset, void *dst,
                           size_t length)
 {
-    if (set.count != 1)
-        return refuse(DPU_ERR_INTERNAL, "dpu_copy_from(\"%s\"): expected one DPU", name);
+    if (set.count != 1) /* the SDK refuses a set of ranks here */
+        return refuse(DPU_ERR_INVALID_DPU_SET, "dpu_copy_from(\"%s\"): expected one DPU", name);
     return transfer(set.first, "dpu_copy_from", name, offset, length, dst, 0);
 }
 
@@ -574,12 +602,13 @@ void *mem_alloc(size_t size)
     return block;
 }
 
-void mem_reset(void)
+void *mem_reset(void)
 {
     require_tasklet("mem_reset");
     pthread_mutex_lock(&lock);
     running->heap_top = running->layout->wram_globals;
     pthread_mutex_unlock(&lock);
+    return running->wram + running->layout->wram_globals;
 }
 
 /* Where an address lies in one memory of the running DPU: its byte offset there, the
@@ -616,6 +645,34 @@ static int find_place(const void *address, enum standin_memory memory, struct pl
     return 0;
 }
 
+/* The DMA trace (STANDIN_DMA_TRACE), opened at the first DMA; NULL when not asked for. */
+static FILE *trace;
+
+static void open_trace(void)
+{
+    const char *path = getenv("STANDIN_DMA_TRACE");
+    if (!path || !*path)
+        return;
+    trace = fopen(path, "w");
+    if (!trace)
+        fail("cannot open the DMA trace %s", path);
+}
+
+static void trace_dma(const char *call, const struct place *mram, const struct place *wram,
+                      unsigned bytes)
+{
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    static pthread_mutex_t writing = PTHREAD_MUTEX_INITIALIZER;
+    pthread_once(&once, open_trace);
+    if (!trace)
+        return;
+    pthread_mutex_lock(&writing);
+    fprintf(trace, "%u %d %s %s %s %u\n", running_index, tasklet_id, call, mram->name,
+            wram->name, bytes);
+    fflush(trace);
+    pthread_mutex_unlock(&writing);
+}
+
 static void dma(const char *call, const void *mram_address, void *wram_address,
                 unsigned bytes, int to_wram)
 {
@@ -644,6 +701,7 @@ static void dma(const char *call, const void *mram_address, void *wram_address,
     if (bytes > wram.room)
         fail("%s(%u bytes) with WRAM %s: out of range, only %zu bytes remain there", call,
              bytes, wram.name, wram.room);
+    trace_dma(call, &mram, &wram, bytes);
     mram_copy(running, mram.offset, wram_address, bytes, !to_wram);
 }
 
