@@ -32,6 +32,7 @@ from synth.constraints import user
 from synth.constraints.cost import Model
 from synth.constraints.explain import GroupStatus, group_infos
 from synth.constraints.result import Status
+from synth.emit.mlir_check import MlirCheck
 from synth.errors import InputError, SynthError
 from synth.hwfile import list_builtin_hardware, load_hardware
 from synth.ir.printer import print_program
@@ -409,6 +410,8 @@ def print_human(outcome: Outcome, request: Request) -> None:
 def emitted_lines(emitted: Emitted) -> str:
     """Where the source went, and how its build-and-run check against the reference went
     (the end of the log when it failed)."""
+    if emitted.target == "mlir":
+        return mlir_lines(emitted)
     sources = [f for f in emitted.files if f.endswith(".c") and "/" not in f
                and not f.startswith("standin_")]
     head = f"emitted {emitted.target} C to {emitted.path}: {', '.join(sources)}, Makefile"
@@ -420,6 +423,27 @@ def emitted_lines(emitted: Emitted) -> str:
                    f"({check.seconds:.2f} s)"]
     if not check.passed:
         lines += check.log.strip().splitlines()[-15:]
+    return "\n".join(lines)
+
+
+def mlir_lines(emitted: Emitted) -> str:
+    """The MLIR files, and how far upstream MLIR got with them: verified, transformed,
+    run against the reference (MLIR's diagnostics when a step failed)."""
+    sources = [f for f in emitted.files if f.endswith(".mlir")]
+    head = f"emitted MLIR to {emitted.path}: {', '.join(sources)}"
+    check = emitted.check
+    if not isinstance(check, MlirCheck):
+        return head + " (not checked: --no-validate)"
+    steps = [f"schedule.mlir {'verified' if check.verified else 'does NOT verify'}",
+             f"transform.mlir {'applied' if check.transform_applied else 'NOT applied'}",
+             f"both {'ran' if check.executed else 'did NOT run'}"]
+    error = ("" if check.max_abs_err is None
+             else f", max abs err {format_error(check.max_abs_err)}")
+    verdict = "passed" if check.passed else "FAILED"
+    lines = [head, f"MLIR check (upstream MLIR via torch-mlir, reference data): {verdict}: "
+                   f"{', '.join(steps)}{error} ({check.seconds:.2f} s)"]
+    if not check.passed:
+        lines += check.log.strip().splitlines()[-25:]
     return "\n".join(lines)
 
 

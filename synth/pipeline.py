@@ -25,12 +25,15 @@ import dataclasses
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from synth.constraints import cpsat, exhaustive, explain, greedy, user, z3backend
 from synth.constraints.cost import Model, build_model, evaluate_cost
 from synth.constraints.result import SolveResult, Status
 from synth.constraints.space import candidate_kernels
+from synth.emit.mlir import emit_mlir
+from synth.emit.mlir_check import MlirCheck, check_mlir, require_bindings
 from synth.emit.upmem import CheckResult, check_upmem, emit_upmem
 from synth.errors import InputError, IRError
 from synth.hardware import Hardware, Memory
@@ -105,7 +108,7 @@ class Outcome:
     emitted: Emitted | None = None  # --emit: the source written, and its check
 
 
-EMITTERS = ("upmem",)
+EMITTERS = ("upmem", "mlir")
 
 
 @dataclass(frozen=True)
@@ -116,7 +119,7 @@ class Emitted:
     target: str
     path: str
     files: tuple[str, ...]
-    check: CheckResult | None
+    check: CheckResult | MlirCheck | None
 
 
 @dataclass(frozen=True)
@@ -260,6 +263,8 @@ def check_emit(request: Request) -> None:
     if not request.out_dir:
         raise InputError(f"--emit {request.emit}: expected --out DIR, the directory to "
                          f"write the program into")
+    if request.emit == "mlir" and request.validate:
+        require_bindings()  # checking needs torch-mlir: say so before solving
 
 
 def emit(request: Request, program: Program, workload: Workload, hw: Hardware) -> Emitted:
@@ -268,11 +273,19 @@ def emit(request: Request, program: Program, workload: Workload, hw: Hardware) -
     check_emit(request)
     assert request.emit is not None and request.out_dir is not None
     inputs = make_inputs(workload, request.seed)
-    emission = emit_upmem(program, workload, hw, request.out_dir, inputs,
-                          evaluate(workload, inputs))
-    check = check_upmem(emission.out_dir) if request.validate else None
-    return Emitted(request.emit, str(emission.out_dir),
-                   tuple(str(f.relative_to(emission.out_dir)) for f in emission.files), check)
+    expected = evaluate(workload, inputs)
+    out_dir: Path
+    check: CheckResult | MlirCheck | None
+    if request.emit == "mlir":
+        mlir = emit_mlir(program, workload, hw, request.out_dir, inputs, expected)
+        out_dir, files = mlir.out_dir, mlir.files
+        check = check_mlir(out_dir) if request.validate else None
+    else:
+        emission = emit_upmem(program, workload, hw, request.out_dir, inputs, expected)
+        out_dir, files = emission.out_dir, emission.files
+        check = check_upmem(out_dir) if request.validate else None
+    return Emitted(request.emit, str(out_dir), tuple(str(f.relative_to(out_dir)) for f in files),
+                   check)
 
 
 def run(request: Request) -> Outcome:
