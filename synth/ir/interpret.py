@@ -1,9 +1,21 @@
 """Execute a loop nest with NumPy, one array per buffer, to validate a schedule.
 
-Sequential loops run one iteration at a time; parallel loops do not iterate at all: each
-adds an axis to a *grid* of units, and every node below runs once for all units at once
-(a loop variable is an index array along its axis). A buffer allocated under k parallel
-loops holds one tile per unit of those loops.
+Parallel loops do not iterate at all: each adds an axis to a *grid* of units, and every
+node below runs once for all units at once (a loop variable is an index array along its
+axis). A buffer allocated under k grid loops holds one tile per unit of those loops.
+Sequential loops whose iterations are independent (they walk a dimension the kernel does
+not reduce over) become grid axes too, while the arrays stay small (`MAX_ELEMENTS`).
+
+A sequential loop over a reduced dimension carries its accumulators from one iteration
+to the next. It still runs as one *batched* step, its iterations one more grid axis, when
+`fold_plan` shows that to be equivalent: each buffer from outside the loop that its body
+writes is either written at a different place by every iteration, or only accumulated
+into (by reducing computes, directly or through tiles loaded from it and stored back).
+Those tiles are *promoted*: one tile for all iterations, moved with the loop collapsed
+to one iteration, and a compute into such a tile computes every iteration's contribution
+at once and folds them in iteration order, cast to the tile's dtype after each, as the
+step-by-step run does (or in one reduction where the order cannot change the result).
+`interpret(..., batch=False)` runs every such loop step by step instead.
 
 Memory starts poisoned (NaN, or a sentinel for integers) and every element carries an
 "initialised" flag: reading an element no write or transfer produced, storing one, two
@@ -13,7 +25,13 @@ IRError. So a dropped transfer or an off-by-one tile cannot pass unnoticed.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import contextlib
+import ctypes
+import dataclasses
+import functools
+import math
+from collections import defaultdict
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +45,7 @@ from synth.ir.nodes import (
     Combine,
     Compute,
     Fill,
+    Kernel,
     Load,
     Loop,
     LoopKind,
@@ -37,7 +56,7 @@ from synth.ir.nodes import (
     walk,
 )
 from synth.reference import elementwise
-from synth.workload import Access, BinOp, DType, Role, Workload
+from synth.workload import Access, BinOp, DType, ReduceOp, Role, Statement, Workload
 
 Array = np.ndarray[Any, Any]
 
@@ -47,8 +66,10 @@ class BufferState:
     decl: BufferDecl
     values: Array
     init: Array  # which elements hold data
-    instance_loops: tuple[str, ...]  # parallel loops around the allocation (leading axes)
+    instance_loops: tuple[str, ...]  # grid loops around the allocation (leading axes)
     complete: bool | None = False  # every element holds data (None: not known, ask `init`)
+    # batched reduction loops along which it holds one tile (an axis of extent 1)
+    shared: frozenset[str] = frozenset()
 
     def is_complete(self) -> bool:
         """Cached, because copying `init` along with the data doubles a transfer's cost."""
@@ -81,16 +102,23 @@ class Machine:
     """The state of one run: buffers, loop variables and the grid of parallel loops."""
 
     def __init__(self, program: Program, workload: Workload,
-                 inputs: Mapping[str, Array]) -> None:
+                 inputs: Mapping[str, Array], batch: bool = True) -> None:
         self.program = program
         self.workload = workload
+        self.batch = batch  # run reduction loops as batched steps where `fold_plan` allows
         self.buffers: dict[str, BufferState] = {}
         self.env: dict[str, int | Array] = {}
         self.grid: list[LoopVar] = []
         self.loops: dict[str, LoopVar] = {}  # the running kernel's loops, by name
         self.carried: set[str] = set()  # dims whose loops carry a dependence (reductions)
-        self.nested_units: dict[str, int] = {}  # loop -> most parallel units nested inside
         self.written: set[str] = set()  # buffers the running kernel writes
+        # id(alloc) -> Load or Fill, when the next node writes every element it allocates
+        self.written_next: dict[int, type] = {}
+        self.plans: dict[int, FoldPlan] = {}  # id(loop) -> how that reduction loop batches
+        self.folding: list[str] = []  # batched reduction loops on the grid, outermost first
+        self.promoted: dict[str, frozenset[str]] = {}  # buffer -> batched loops sharing it
+        self.fitting: dict[tuple[Any, ...], bool] = {}  # `fits`, per loop and grid
+        self.constants: dict[tuple[Any, ...], Array] = {}  # `constant`
         for decl in program.globals:
             state = self._fresh(decl, ())
             if decl.name in inputs:
@@ -101,13 +129,21 @@ class Machine:
 
     # -- running -----------------------------------------------------------------
 
+    def start(self, kernel: Kernel) -> None:
+        """What the handlers look up about the kernel about to run."""
+        self.loops = {loop.var.name: loop.var for loop in _all_loops(kernel.body)}
+        self.carried = {d for name in kernel.statements
+                        for d in self.workload.statement(name).reduced}
+        self.written = _written(kernel.body)
+        self.written_next = _written_next(kernel.body)
+        decls = {d.name: d for d in self.program.globals} | {
+            n.buffer.name: n.buffer for n in walk(kernel.body) if isinstance(n, Alloc)}
+        self.plans = fold_plans(kernel, decls, self.workload, self.carried) \
+            if self.batch else {}
+        self.fitting = {}
+
     def run(self, nodes: tuple[Node, ...]) -> None:
-        for position, node in enumerate(nodes):
-            if isinstance(node, Alloc) and _loaded_next(nodes, position):
-                # the load writes every element (data, or poison where ragged): skip the fill
-                self.buffers[node.buffer.name] = self._fresh(
-                    node.buffer, tuple(v.name for v in self.grid), poisoned=False)
-                continue
+        for node in nodes:
             _HANDLERS[type(node)](self, node)
 
     def result(self) -> dict[str, Array]:
@@ -152,14 +188,99 @@ class Machine:
                poisoned: bool = True) -> BufferState:
         partials = tuple(self.loop_extent(p) for p in decl.partial_loops)
         shape = self.grid_shape[:len(instance)] + partials + decl.shape
-        values = (np.full(shape, poison(decl.dtype), dtype=decl.dtype.numpy) if poisoned
-                  else np.empty(shape, dtype=decl.dtype.numpy))
+        if not poisoned:
+            # a load or fill writes every element next (a load may alias its parent's
+            # tile instead): no memory until it runs (`_materialise`, `run_fill`)
+            return BufferState(decl, self.constant(decl.dtype.numpy.type(0), shape),
+                               self.constant(False, shape), instance)
+        values = np.full(shape, poison(decl.dtype), dtype=decl.dtype.numpy)
         return BufferState(decl, values, np.zeros(shape, dtype=bool), instance)
+
+    def constant(self, value: Any, shape: tuple[int, ...]) -> Array:
+        """A read-only array of one value (shared: a loop allocates the same ones often)."""
+        key = (value, np.asarray(value).dtype, shape)
+        if key not in self.constants:
+            self.constants[key] = np.broadcast_to(np.asarray(value), shape)
+        return self.constants[key]
+
+    def allocate(self, decl: BufferDecl, poisoned: bool) -> None:
+        """A fresh buffer with one tile per unit of the grid; a promoted one (`fold_plan`)
+        has one tile for all iterations of the batched loops that share it."""
+        shared = self.promoted.get(decl.name, frozenset())
+        with self.collapsed(shared):
+            state = self._fresh(decl, tuple(v.name for v in self.grid), poisoned)
+        state.shared = shared
+        self.buffers[decl.name] = state
 
     def loop_extent(self, name: str) -> int:
         if name not in self.loops:
             raise IRError(f"expected a loop named {name}, got none")
         return self.loops[name].extent
+
+    # -- batched reduction loops -------------------------------------------------
+
+    def how(self, node: Loop) -> str:
+        """How a sequential loop runs: as a grid axis ("grid"), as one batched step of a
+        reduction ("batch"), or iteration by iteration ("iterate")."""
+        if node.var.dim not in self.carried:  # independent iterations
+            return "grid" if self.fits(node, None) else "iterate"
+        plan = self.plans.get(id(node))
+        if plan is None:
+            return "iterate"
+        if self.folding:
+            # inside a batched loop every reduction loop batches too, so that each fold
+            # sees its contributions in the order the step-by-step run adds them
+            return "batch"
+        return "batch" if self.fits(node, plan) else "iterate"
+
+    def fits(self, node: Loop, plan: FoldPlan | None) -> bool:
+        """Whether running `node` as a grid axis keeps every array within MAX_ELEMENTS
+        (decided once per grid: an iterating loop asks again with the same answer)."""
+        key = (id(node), self.grid_shape, tuple(self.folding))
+        if key not in self.fitting:
+            self.fitting[key] = footprint(self, node, plan) <= MAX_ELEMENTS
+        return self.fitting[key]
+
+    @contextlib.contextmanager
+    def batching(self, node: Loop) -> Iterator[None]:
+        """Run `node`'s body with the loop on the grid as a batched reduction loop."""
+        plan, before = self.plans[id(node)], dict(self.promoted)
+        for name in plan.promoted:
+            self.promoted[name] = self.promoted.get(name, frozenset()) | {node.var.name}
+        self.folding.append(node.var.name)
+        try:
+            yield
+        finally:
+            self.folding.pop()
+            self.promoted = before
+
+    @contextlib.contextmanager
+    def collapsed(self, loops: frozenset[str]) -> Iterator[None]:
+        """The batched loops `loops` shrunk to their first iteration, for the nodes that
+        move or write tiles all their iterations share (which do not depend on them)."""
+        axes = [axis for axis, var in enumerate(self.grid) if var.name in loops]
+        if not axes:
+            yield
+            return
+        grid = list(self.grid)
+        for axis in axes:
+            self.grid[axis] = dataclasses.replace(self.grid[axis], extent=1)
+            self.env[self.grid[axis].name] = np.zeros((1,) * (axis + 1), dtype=np.int64)
+        try:
+            yield
+        finally:
+            for axis in axes:
+                self.env[grid[axis].name] = np.arange(grid[axis].extent).reshape(
+                    (1,) * axis + (grid[axis].extent,))
+            self.grid[:] = grid
+
+    def folded_axes(self, state: BufferState) -> tuple[int, ...]:
+        """Grid axes of batched reduction loops along which `state` has one tile: a
+        compute into it accumulates every iteration's contribution."""
+        if not self.folding:
+            return ()
+        return tuple(axis for axis, var in enumerate(self.grid) if var.name in self.folding
+                     and (var.name in state.shared or var.name not in state.instance_loops))
 
     # -- transfers ---------------------------------------------------------------
 
@@ -236,7 +357,7 @@ def strided(m: Machine, child: BufferState, parent: BufferState, store: bool
             return None
     extents = m.workload.tensors[cdecl.tensor].shape
     for axis, size in enumerate(cdecl.shape):
-        local = _fold(m, cdecl.origin[axis] - pdecl.origin[axis], grid_axis)
+        local = _fold(m, _minus(cdecl.origin[axis], pdecl.origin[axis]), grid_axis)
         origin = _fold(m, cdecl.origin[axis], grid_axis)
         if origin is None or local is None:
             return None
@@ -311,6 +432,15 @@ def _injective(strides: list[int], shape: tuple[int, ...]) -> bool:
     return True
 
 
+_UFUNCS = {op: op.ufunc for op in ReduceOp if op.reduces}  # (`ReduceOp.ufunc` builds a dict)
+
+
+@functools.cache
+def _minus(a: Affine, b: Affine) -> Affine:
+    """`a - b`, once per pair: transfers and computes ask for the same offsets per step."""
+    return a - b
+
+
 def _written(nodes: tuple[Node, ...]) -> set[str]:
     """Buffers some node of `nodes` writes (store targets, compute outputs, fills)."""
     out: set[str] = set()
@@ -324,28 +454,17 @@ def _written(nodes: tuple[Node, ...]) -> set[str]:
     return out
 
 
-def _loaded_next(nodes: tuple[Node, ...], position: int) -> bool:
-    alloc, after = nodes[position], nodes[position + 1: position + 2]
-    return (isinstance(alloc, Alloc) and bool(after) and isinstance(after[0], Load)
-            and after[0].dst == alloc.buffer.name)
-
-
-def _nested_units(nodes: tuple[Node, ...]) -> dict[str, int]:
-    """For each loop, the largest product of parallel extents found inside its body."""
-    table: dict[str, int] = {}
-
-    def visit(body: tuple[Node, ...]) -> int:
-        most = 1
-        for node in body:
-            if isinstance(node, Loop):
-                inside = visit(node.body)
-                table[node.var.name] = inside
-                own = node.var.extent if node.var.kind is LoopKind.PARALLEL else 1
-                most = max(most, own * inside)
-        return most
-
-    visit(nodes)
-    return table
+def _written_next(nodes: tuple[Node, ...]) -> dict[int, type]:
+    """The allocs right before a load into, or a fill of, the buffer they allocate."""
+    out: dict[int, type] = {}
+    for node, after in zip(nodes, nodes[1:] + (None,), strict=True):
+        if isinstance(node, Alloc) and (
+                isinstance(after, Load) and after.dst == node.buffer.name
+                or isinstance(after, Fill) and after.buffer == node.buffer.name):
+            out[id(node)] = type(after)
+        if isinstance(node, Loop):
+            out |= _written_next(node.body)
+    return out
 
 
 def _all_loops(nodes: tuple[Node, ...]) -> list[Loop]:
@@ -357,39 +476,337 @@ def _all_loops(nodes: tuple[Node, ...]) -> list[Loop]:
     return out
 
 
+# ---------------------------------------------------------------- batched reduction loops
+
+
+@dataclass(frozen=True)
+class FoldPlan:
+    """How a sequential loop over a reduced dimension runs as one batched step."""
+
+    promoted: frozenset[str]  # buffers allocated in its body that all iterations share
+
+
+_WRITES = {"load-dst", "store-dst", "fill", "compute-out", "combine-target"}
+
+
+def fold_plans(kernel: Kernel, decls: Mapping[str, BufferDecl], workload: Workload,
+               carried: set[str]) -> dict[int, FoldPlan]:
+    """The plan of each reduction loop of `kernel` that can batch, by id(loop). A loop
+    batches only if every reduction loop inside it can too (see `Machine.how`)."""
+    plans: dict[int, FoldPlan] = {}
+    for loop in reversed(_all_loops(kernel.body)):  # inner loops first
+        if loop.var.kind is LoopKind.PARALLEL or loop.var.dim not in carried:
+            continue
+        inner = [n for n in walk(loop.body) if isinstance(n, Loop)
+                 and n.var.kind is LoopKind.SEQUENTIAL and n.var.dim in carried]
+        plan = fold_plan(loop, decls, workload) \
+            if all(id(n) in plans for n in inner) else None
+        if plan is not None:
+            plans[id(loop)] = plan
+    return plans
+
+
+def fold_plan(loop: Loop, decls: Mapping[str, BufferDecl], workload: Workload
+              ) -> FoldPlan | None:
+    """A plan when running `loop`'s iterations at once computes what running them in turn
+    does, else None.
+
+    Buffers allocated in the body belong to one iteration (they get the loop's grid
+    axis). Each buffer from outside that the body writes must be either
+    - *disjoint*: only loaded into and stored from tiles that lie, along one axis, in a
+      slab of the loop's step that each iteration owns (`_slab`): no iteration touches
+      what another one does; or
+    - an *accumulator*: only the target of reducing computes (never an operand), at a
+      place that does not depend on the loop, and the source and destination of relays.
+    A *relay* is a buffer allocated in the body at a place that does not depend on the
+    loop, loaded from an accumulator or relay right after its allocation, stored back to
+    it later in the same block, and in between only accumulated into and relayed, with
+    nothing else touching its source. Every iteration then does `acc = acc op part`
+    through the same places, so one tile of each relay for all iterations (*promoted*)
+    ends with the same value when the parts are folded in iteration order (`fold`). One
+    operator per accumulated tensor, and one compute into it where the order matters.
+    """
+    var = loop.var.name
+    inner = {n.var.name: n.var.extent for n in walk(loop.body) if isinstance(n, Loop)}
+    uses: dict[str, list[tuple[Node, str]]] = defaultdict(list)
+    for node in walk(loop.body):
+        for name, kind in _uses(node):
+            uses[name].append((node, kind))
+    local = {name for name, found in uses.items() if any(k == "alloc" for _, k in found)}
+    written = {name for name, found in uses.items() if any(k in _WRITES for _, k in found)}
+    relays = _relays(loop.body, var, uses, workload, local)
+    accumulators = set(relays)
+    for name in sorted(written - local):
+        if all(_accumulates(node, kind, relays, var, workload) for node, kind in uses[name]):
+            accumulators.add(name)
+        elif not _disjoint(uses[name], relays, decls, var, inner):
+            return None
+    if not _one_operator(loop.body, accumulators, decls, workload):
+        return None
+    return FoldPlan(frozenset(relays))
+
+
+def _uses(node: Node) -> list[tuple[str, str]]:
+    """The buffers one node touches, each with how."""
+    if isinstance(node, Alloc):
+        return [(node.buffer.name, "alloc")]
+    if isinstance(node, Load):
+        return [(node.dst, "load-dst"), (node.src, "load-src")]
+    if isinstance(node, Store):
+        return [(node.src, "store-src"), (node.dst, "store-dst")]
+    if isinstance(node, Fill):
+        return [(node.buffer, "fill")]
+    if isinstance(node, Compute):
+        return [(node.out, "compute-out")] + [(b, "operand") for b in node.operands.values()]
+    if isinstance(node, Combine):
+        return [(node.target, "combine-target"), (node.partials, "combine-partials")]
+    return []
+
+
+def _accumulates(node: Node, kind: str, relays: set[str], var: str,
+                 workload: Workload) -> bool:
+    """Whether one use of an accumulator or relay keeps it one: a relay moving its value,
+    or a reducing compute into it (not reading it) at a place the loop `var` leaves."""
+    if kind == "load-src":
+        return isinstance(node, Load) and node.dst in relays
+    if kind == "store-dst":
+        return isinstance(node, Store) and node.src in relays
+    if kind != "compute-out" or not isinstance(node, Compute):
+        return False
+    stmt = workload.statement(node.statement)
+    place = [node.origin[node.dims.index(d)] for d in stmt.indices]
+    return (stmt.op.reduces and node.out not in node.operands.values()
+            and all(var not in dict(o.terms) for o in place))
+
+
+def _alloc_sites(nodes: tuple[Node, ...]) -> Iterator[tuple[tuple[Node, ...], int]]:
+    """Every alloc, as the block it is in and its position there."""
+    for position, node in enumerate(nodes):
+        if isinstance(node, Alloc):
+            yield nodes, position
+        elif isinstance(node, Loop):
+            yield from _alloc_sites(node.body)
+
+
+def _relays(body: tuple[Node, ...], var: str, uses: Mapping[str, list[tuple[Node, str]]],
+            workload: Workload, local: set[str]) -> set[str]:
+    """The relays of a loop body (see `fold_plan`): the buffers with a relay's shape whose
+    uses inside keep them relays, given which others are (a fixed point)."""
+    windows = {}
+    for nodes, position in _alloc_sites(body):
+        window = _relay_window(nodes, position, var, uses)
+        if window is not None:
+            windows[window[0]] = window[1:]
+    relays = set(windows)
+    while True:
+        broken = {name for name, (source, inside) in windows.items() if name in relays
+                  and ((source in local and source not in relays)
+                       or not all(_accumulates(node, kind, relays, var, workload)
+                                  for node in inside
+                                  for used, kind in _uses(node) if used == name))}
+        if not broken:
+            return relays
+        relays -= broken
+
+
+def _relay_window(nodes: tuple[Node, ...], position: int, var: str,
+                  uses: Mapping[str, list[tuple[Node, str]]]
+                  ) -> tuple[str, str, list[Node]] | None:
+    """For a buffer allocated at `nodes[position]` with a relay's shape: its name, its
+    source and the nodes between its load and its store; None without that shape."""
+    alloc = nodes[position]
+    assert isinstance(alloc, Alloc)
+    name = alloc.buffer.name
+    if any(v == var for o in alloc.buffer.origin for v, _ in o.terms):
+        return None  # its place moves with the loop
+    load = nodes[position + 1] if position + 1 < len(nodes) else None
+    if not isinstance(load, Load) or load.dst != name:
+        return None
+    back = Store(name, load.src)
+    end = next((j for j in range(position + 2, len(nodes)) if nodes[j] == back), None)
+    if end is None:
+        return None
+    inside = list(walk(nodes[position + 2:end]))
+    within = sum(used == name for node in inside for used, _ in _uses(node))
+    if len(uses[name]) != 3 + within:  # the alloc, load, store and what lies between
+        return None
+    if any(used == load.src for node in inside for used, _ in _uses(node)):
+        return None
+    return name, load.src, inside
+
+
+def _disjoint(found: list[tuple[Node, str]], relays: set[str],
+              decls: Mapping[str, BufferDecl], var: str, inner: Mapping[str, int]) -> bool:
+    """Whether every use of an outer buffer moves a tile of an iteration's own slab."""
+    tiles = []
+    for node, kind in found:
+        if kind == "load-src" and isinstance(node, Load) and node.dst not in relays:
+            tiles.append(decls[node.dst])
+        elif kind == "store-dst" and isinstance(node, Store) and node.src not in relays:
+            tiles.append(decls[node.src])
+        else:
+            return False
+    return any(_slab([(t.origin[axis], t.shape[axis]) for t in tiles], var, inner)
+               for axis in range(len(tiles[0].origin)))
+
+
+def _slab(tiles: list[tuple[Affine, int]], var: str, inner: Mapping[str, int]) -> bool:
+    """Whether, along one axis, every tile lies in its iteration's slab of the loop `var`:
+    the same coefficient of `var` and the same terms of loops outside, and a reach over
+    the loops inside (plus the tile) shorter than that coefficient, so slabs never meet."""
+    steps, outers, lows, highs = set(), set(), [], []
+    for origin, size in tiles:
+        coeffs = dict(origin.terms)
+        steps.add(coeffs.pop(var, 0))
+        outers.add(tuple(sorted((v, c) for v, c in coeffs.items() if v not in inner)))
+        spread = [(c, inner[v] - 1) for v, c in coeffs.items() if v in inner]
+        lows.append(origin.const + sum(c * n for c, n in spread if c < 0))
+        highs.append(origin.const + sum(c * n for c, n in spread if c > 0) + size - 1)
+    step = steps.pop() if len(steps) == 1 else 0
+    return step > 0 and len(outers) == 1 and max(highs) - min(lows) < step
+
+
+def _one_operator(body: tuple[Node, ...], accumulators: set[str],
+                  decls: Mapping[str, BufferDecl], workload: Workload) -> bool:
+    """Each accumulated tensor gets one operator, and one compute where order matters."""
+    by_tensor: dict[str, list[Statement]] = defaultdict(list)
+    for node in walk(body):
+        if isinstance(node, Compute) and node.out in accumulators:
+            by_tensor[decls[node.out].tensor].append(workload.statement(node.statement))
+    return all(len({s.op for s in stmts}) == 1 and (len(stmts) == 1 or reorderable(stmts[0]))
+               for stmts in by_tensor.values())
+
+
+def footprint(m: Machine, loop: Loop, plan: FoldPlan | None) -> int:
+    """About the most elements one array holds while `loop` runs as a grid axis (batched
+    with `plan`): each tile allocated or computed on below it, once per unit of the grid
+    and of the parallel and batched loops inside. Read-only tiles a load aliases count
+    nothing, promoted tiles once for the iterations that share them, and a product-sum
+    only its (contracted) result. Other sequential loops inside count once: each decides
+    for itself when it runs."""
+    estimate = _Footprint(m)
+    if plan is not None:
+        estimate.batch(loop, plan)
+    return estimate.nodes(loop.body, math.prod(m.grid_shape) * loop.var.extent)
+
+
+class _Footprint:
+    """The walk behind `footprint`: which batched loops are on the grid, which tiles they
+    share, and which batched loops each buffer has an axis for."""
+
+    def __init__(self, m: Machine) -> None:
+        self.m = m
+        self.extents = {name: var.extent for name, var in m.loops.items()}
+        self.folds = {name: self.extents[name] for name in m.folding}
+        self.promoted = {name: set(loops) for name, loops in m.promoted.items()}
+        self.has = {name: {f for f in m.folding if f in state.instance_loops
+                           and f not in state.shared} for name, state in m.buffers.items()}
+
+    def batch(self, loop: Loop, plan: FoldPlan) -> None:
+        self.folds[loop.var.name] = loop.var.extent
+        for name in plan.promoted:
+            self.promoted.setdefault(name, set()).add(loop.var.name)
+
+    def nodes(self, nodes: tuple[Node, ...], units: int) -> int:
+        most = 0
+        for node in nodes:
+            if isinstance(node, Loop):
+                most = max(most, self.loop(node, units))
+            elif isinstance(node, Alloc):
+                most = max(most, self.alloc(node, units))
+            elif isinstance(node, Compute):
+                most = max(most, self.compute(node, units))
+        return most
+
+    def loop(self, node: Loop, units: int) -> int:
+        var, plan = node.var, self.m.plans.get(id(node))
+        if var.kind is LoopKind.PARALLEL:
+            return self.nodes(node.body, units * var.extent)
+        if self.folds and var.dim in self.m.carried and plan is not None:
+            folds, promoted = dict(self.folds), {k: set(v) for k, v in self.promoted.items()}
+            self.batch(node, plan)  # batches with the loops around it
+            most = self.nodes(node.body, units * var.extent)
+            self.folds, self.promoted = folds, promoted
+            return most
+        return self.nodes(node.body, units)
+
+    def alloc(self, node: Alloc, units: int) -> int:
+        decl = node.buffer
+        shared = self.promoted.get(decl.name, set()) & set(self.folds)
+        self.has[decl.name] = set(self.folds) - shared
+        if self.m.written_next.get(id(node)) is Load and decl.name not in self.m.written \
+                and not self.ragged(decl.origin, decl.shape,
+                                    self.m.workload.tensors[decl.tensor].shape):
+            return 0  # aliased
+        partials = math.prod(self.m.loop_extent(p) for p in decl.partial_loops)
+        per_tile = partials * math.prod(decl.shape)
+        return units // math.prod(self.folds[f] for f in shared) * per_tile
+
+    def compute(self, node: Compute, units: int) -> int:
+        stmt = self.m.workload.statement(node.statement)
+        extents = tuple(stmt.extents[d] for d in node.dims)
+        if not _product_sum(stmt) or self.ragged(node.origin, node.tile, extents):
+            return units * math.prod(node.tile)  # every point's value, then reduced
+        lacks = set(self.folds) - self.has.get(node.out, set())
+        contracted = math.prod(self.folds[f] for f in lacks) if reorderable(stmt) else 1
+        kept = math.prod(n for n, d in zip(node.tile, node.dims, strict=True)
+                         if d not in stmt.reduced)
+        return units // contracted * kept
+
+    def ragged(self, origin: tuple[Affine, ...], shape: tuple[int, ...],
+               extents: tuple[int, ...]) -> bool:
+        """Whether some tile may reach past the tensor's edge (masked: no views)."""
+        return any(o.max_value(self.extents) + n > e
+                   for o, n, e in zip(origin, shape, extents, strict=True))
+
+
 # ---------------------------------------------------------------- one handler per node kind
 
 
-MAX_GRID = 1 << 16  # units run at once; beyond this, independent loops iterate instead
+MAX_ELEMENTS = 1 << 24  # the largest array a grid axis may create; beyond, loops iterate
 
 
 @handles(Loop)
 def run_loop(m: Machine, node: Loop) -> None:
-    """Parallel loops, and sequential loops whose iterations are independent (they walk a
-    dimension the kernel does not reduce over), become grid axes; the rest iterate."""
+    """Parallel loops become grid axes; sequential loops too when their iterations are
+    independent or `fold_plan` batches them, and the arrays stay small; the rest iterate."""
     var = node.var
-    units = int(np.prod(m.grid_shape, dtype=np.int64)) * var.extent * m.nested_units[var.name]
-    if var.kind is LoopKind.PARALLEL or (var.dim not in m.carried and units <= MAX_GRID):
-        axis = len(m.grid)
-        m.env[var.name] = np.arange(var.extent).reshape((1,) * axis + (var.extent,))
-        m.grid.append(var)
-        m.run(node.body)
-        m.grid.pop()
-    else:
+    how = "grid" if var.kind is LoopKind.PARALLEL else m.how(node)
+    if how == "iterate":
         for i in range(var.extent):
             m.env[var.name] = i
             m.run(node.body)
+    else:
+        m.env[var.name] = np.arange(var.extent).reshape((1,) * len(m.grid) + (var.extent,))
+        m.grid.append(var)
+        if how == "batch":
+            with m.batching(node):
+                m.run(node.body)
+        else:
+            m.run(node.body)
+        m.grid.pop()
     del m.env[var.name]
 
 
 @handles(Alloc)
 def run_alloc(m: Machine, node: Alloc) -> None:
     node.verify()
-    m.buffers[node.buffer.name] = m._fresh(node.buffer, tuple(v.name for v in m.grid))
+    # a load or fill right after writes every element (data, or poison where ragged)
+    m.allocate(node.buffer, poisoned=id(node) not in m.written_next)
 
 
 @handles(Load)
 def run_load(m: Machine, node: Load) -> None:
+    # a promoted tile moves once for all iterations of the loops that share it
+    shared = m.buffers[node.dst].shared
+    if not shared:
+        load(m, node)
+        return
+    with m.collapsed(shared):
+        load(m, node)
+
+
+def load(m: Machine, node: Load) -> None:
     child, parent = m.buffers[node.dst], m.buffers[node.src]
     views = strided(m, child, parent, store=False)
     if views is not None and node.dst not in m.written and parent.is_complete():
@@ -397,9 +814,10 @@ def run_load(m: Machine, node: Load) -> None:
         # since nothing in the kernel writes either; replication costs a zero stride)
         child.values = views[0]
         child.values.flags.writeable = False
-        child.init = np.broadcast_to(np.True_, child.values.shape)
+        child.init = m.constant(True, child.values.shape)
         child.complete = True
         return
+    _materialise(child)
     if views is not None:
         child.values[...] = views[0]
         if parent.is_complete():
@@ -419,8 +837,25 @@ def run_load(m: Machine, node: Load) -> None:
     child.init[...] = valid & parent.init[index]
 
 
+def _materialise(state: BufferState) -> None:
+    """Arrays of its own for a buffer allocated for a load that aliases nothing (or for a
+    reload of an aliased tile): the load writes every element."""
+    if not state.values.flags.writeable:
+        state.values = np.empty(state.values.shape, dtype=state.values.dtype)
+        state.init = np.empty(state.values.shape, dtype=bool)
+
+
 @handles(Store)
 def run_store(m: Machine, node: Store) -> None:
+    shared = m.buffers[node.src].shared
+    if not shared:
+        store(m, node)
+        return
+    with m.collapsed(shared):
+        store(m, node)
+
+
+def store(m: Machine, node: Store) -> None:
     child, parent = m.buffers[node.src], m.buffers[node.dst]
     what = f"store {node.src} -> {node.dst}"
     views = strided(m, child, parent, store=True)
@@ -462,8 +897,12 @@ def _repeats(flat: Array, size: int) -> bool:
 @handles(Fill)
 def run_fill(m: Machine, node: Fill) -> None:
     state = m.buffers[node.buffer]
-    state.values[...] = node.value
-    state.init[...] = True
+    if state.values.flags.writeable:
+        state.values[...] = node.value
+        state.init[...] = True
+    else:  # allocated for this fill (`_fresh`)
+        state.values = np.full(state.values.shape, node.value, dtype=state.values.dtype)
+        state.init = np.ones(state.values.shape, dtype=bool)
     state.complete = True
 
 
@@ -478,8 +917,8 @@ def run_combine(m: Machine, node: Combine) -> None:
     valid = target.init
     if not valid.any() or not np.all(partials.init.all(axis=axes) | ~valid):
         raise IRError(f"combine {node.partials}: expected initialised partials and target")
-    reduced = node.op.ufunc.reduce(partials.values, axis=axes, dtype=target.values.dtype)
-    combined = node.op.ufunc(target.values, reduced).astype(target.values.dtype)
+    reduced = _UFUNCS[node.op].reduce(partials.values, axis=axes, dtype=target.values.dtype)
+    combined = _UFUNCS[node.op](target.values, reduced).astype(target.values.dtype)
     target.values[...] = np.where(valid, combined, target.values)
 
 
@@ -488,24 +927,97 @@ def run_compute(m: Machine, node: Compute) -> None:
     stmt = m.workload.statement(node.statement)
     frame = ComputeFrame(m, node, stmt.extents)
     operands = {t: frame.place(node.operands[t], stmt.inputs_indices(t)) for t in stmt.inputs}
-    target = frame.place(node.out, stmt.indices)
+    folded = m.folded_axes(m.buffers[node.out])
+    target = None if folded else frame.place(node.out, stmt.indices)
     for tensor, place in operands.items():
         place.require_initialised(f"compute {node.statement}: expected initialised "
                                   f"{node.operands[tensor]}, got elements no load or "
                                   f"compute wrote")
+    if target is None:
+        accumulate(m, frame, stmt, folded)
+        return
     if stmt.op.reduces:
-        target.require_initialised(f"compute {node.statement}: expected the accumulator "
-                                   f"{node.out} loaded or filled, got uninitialised elements")
+        target.require_initialised(_accumulator_message(node))
     with np.errstate(all="ignore"):
         value = contract(frame, stmt)
         if value is None:
-            value = elementwise(stmt.expr, lambda acc: frame.place(
-                node.operands[acc.tensor], acc.indices).read())
-            if stmt.reduced:
-                value = reduce_points(frame, stmt, value)
+            value = points(frame, stmt)
         if stmt.op.reduces:
-            value = stmt.op.ufunc(target.read(), value)
+            value = _UFUNCS[stmt.op](target.read(), value)
     target.write(_cast(np.asarray(value), stmt.dtype))
+
+
+def _accumulator_message(node: Compute) -> str:
+    return (f"compute {node.statement}: expected the accumulator {node.out} loaded or "
+            f"filled, got uninitialised elements")
+
+
+def points(frame: ComputeFrame, stmt: Statement) -> Array:
+    """The statement's value at every point of the frame, reduced over its reduced dims."""
+    node = frame.node
+    value = elementwise(stmt.expr, lambda acc: frame.place(
+        node.operands[acc.tensor], acc.indices).read())
+    return reduce_points(frame, stmt, value) if stmt.reduced else value
+
+
+def accumulate(m: Machine, frame: ComputeFrame, stmt: Statement,
+               folded: tuple[int, ...]) -> None:
+    """A compute, in batched reduction loops, into a tile all their iterations share (the
+    `folded` grid axes): every iteration's contribution at once, then folded into it."""
+    node = frame.node
+    if not stmt.op.reduces:  # `fold_plan` admits reductions only; a plain store would race
+        raise IRError(f"compute {node.statement}: expected a reduction into {node.out}, "
+                      f"which the iterations of a batched loop share, got an assignment")
+    with np.errstate(all="ignore"):
+        value, pending = contributions(frame, stmt, folded)
+    with m.collapsed(frozenset(m.grid[axis].name for axis in folded)):
+        target = ComputeFrame(m, node, stmt.extents).place(node.out, stmt.indices)
+        target.require_initialised(_accumulator_message(node))
+        with np.errstate(all="ignore"):
+            result = fold(stmt, target.read(), value, pending)
+        target.write(result)
+
+
+def contributions(frame: ComputeFrame, stmt: Statement, folded: tuple[int, ...]
+                  ) -> tuple[Array, tuple[int, ...]]:
+    """Each iteration's contribution over the whole frame, and the axes still to fold:
+    none when a product-sum contracted them too (only where the order cannot matter)."""
+    if reorderable(stmt):
+        value = contract(frame, stmt, folded)
+        if value is not None:
+            return value, ()
+    value = contract(frame, stmt)
+    if value is None:
+        value = points(frame, stmt)
+    # an iteration whose operands do not vary along a folded axis still contributes
+    return np.broadcast_to(value, frame.out_shape), folded
+
+
+def fold(stmt: Statement, acc: Array, value: Array, axes: tuple[int, ...]) -> Array:
+    """`acc op= value` along `axes` of `value`: in iteration order, cast to the target's
+    dtype after each step (the step-by-step run's rounding), or in one reduction where no
+    order changes the result (`reorderable`)."""
+    op = _UFUNCS[stmt.op]
+    if axes and reorderable(stmt):
+        wide = np.int64 if value.dtype.kind in "iu" else value.dtype  # wraps mod 2**64
+        value, axes = op.reduce(value, axis=axes, keepdims=True, dtype=wide), ()
+    if not axes:
+        return _cast(np.asarray(op(acc, value)), stmt.dtype)
+    steps = np.moveaxis(value, axes, tuple(range(len(axes))))
+    steps = steps.reshape((-1,) + steps.shape[len(axes):])  # iteration order: C order
+    out = np.squeeze(acc, axis=axes)
+    for step in steps:
+        out = _cast(np.asarray(op(out, step)), stmt.dtype)
+    return np.expand_dims(out, axes)
+
+
+def reorderable(stmt: Statement) -> bool:
+    """Whether folding a statement's contributions in any order gives the same bits:
+    integer + and * wrap modulo 2**n in any order; max and min of floats, or into a target
+    that holds every int32 contribution, are exact. Float + and * round differently."""
+    if stmt.op in (ReduceOp.ADD, ReduceOp.MUL):
+        return not stmt.dtype.is_float
+    return stmt.dtype.is_float or stmt.dtype is DType.I32
 
 
 def reduce_points(frame: ComputeFrame, stmt: Any, value: Array) -> Array:
@@ -514,31 +1026,36 @@ def reduce_points(frame: ComputeFrame, stmt: Any, value: Array) -> Array:
     if frame.ragged:
         value = np.where(frame.everywhere, value, stmt.op.identity(stmt.dtype))
     axes = tuple(len(frame.m.grid) + frame.node.dims.index(d) for d in stmt.reduced)
-    return stmt.op.ufunc.reduce(value, axis=axes, keepdims=True, dtype=np.result_type(value))
+    return _UFUNCS[stmt.op].reduce(value, axis=axes, keepdims=True,
+                                   dtype=np.result_type(value))
 
 
-def contract(frame: ComputeFrame, stmt: Any) -> Array | None:
+def contract(frame: ComputeFrame, stmt: Any, folded: tuple[int, ...] = ()) -> Array | None:
     """`a * b` summed over the reduced dims as one batched matrix product, when the
     statement is exactly that. Axes are sorted by which operand varies along them: both
     (batch, or the contracted dims), only `a` (rows), only `b` (columns), neither
     (dropped, broadcast back at the end). So a tile that many units share is multiplied
     once, not once per unit. Integers are contracted exactly (in floating point only when
-    every partial sum provably fits its mantissa) and wrap like C."""
+    every partial sum provably fits its mantissa) and wrap like C. `folded` grid axes
+    (batched reduction loops, `accumulate`) are contracted too, if both operands walk
+    them (an operand constant along one would have to count once per iteration)."""
     expr = stmt.expr
-    if not (stmt.op.value == "+=" and stmt.reduced and not frame.ragged
-            and isinstance(expr, BinOp) and expr.op == "*"
-            and isinstance(expr.lhs, Access) and isinstance(expr.rhs, Access)):
+    if not _product_sum(stmt) or frame.ragged:
         return None
+    assert isinstance(expr, BinOp) and isinstance(expr.lhs, Access) \
+        and isinstance(expr.rhs, Access)
     node = frame.node
     a, b = (frame.place(node.operands[acc.tensor], acc.indices).frame_view()
             for acc in (expr.lhs, expr.rhs))
     grid = len(frame.m.grid)
-    reduced = {grid + node.dims.index(d) for d in stmt.reduced}
+    reduced = {grid + node.dims.index(d) for d in stmt.reduced} | set(folded)
     varies_a = [n > 1 and st != 0 for n, st in zip(a.shape, a.strides, strict=True)]
     varies_b = [n > 1 and st != 0 for n, st in zip(b.shape, b.strides, strict=True)]
     rank = a.ndim
     if any(varies_a[k] != varies_b[k] for k in reduced):
         return None  # a reduced dim only one operand walks: not a plain product-sum
+    if not all(varies_a[k] for k in folded):
+        return None
     batch = [k for k in range(rank) if k not in reduced and varies_a[k] and varies_b[k]]
     rows = [k for k in range(rank) if varies_a[k] and not varies_b[k]]
     cols = [k for k in range(rank) if varies_b[k] and not varies_a[k]]
@@ -567,9 +1084,18 @@ def contract(frame: ComputeFrame, stmt: Any) -> Array | None:
         product = np.rint(product).astype(np.int64)
     shaped = product.reshape([sizes[k] for k in batch + rows + cols])
     placed = _place(shaped, batch + rows + cols, rank)
-    out_shape = list(frame.m.grid_shape) + [1 if d in stmt.reduced else node.tile[k]
-                                            for k, d in enumerate(node.dims)]
+    out_shape = list(frame.out_shape)
+    for axis in folded:
+        out_shape[axis] = 1
     return np.broadcast_to(placed, out_shape)
+
+
+def _product_sum(stmt: Statement) -> bool:
+    """`target += a[...] * b[...]` with reduced dims: what `contract` computes."""
+    expr = stmt.expr
+    return (stmt.op is ReduceOp.ADD and bool(stmt.reduced)
+            and isinstance(expr, BinOp) and expr.op == "*"
+            and isinstance(expr.lhs, Access) and isinstance(expr.rhs, Access))
 
 
 def _prod(axes: list[int], sizes: list[int]) -> int:
@@ -600,6 +1126,13 @@ class ComputeFrame:
         self.ragged = not all(bool(np.all(i)) for i in self.inside)
 
     @property
+    def out_shape(self) -> list[int]:
+        """The frame's shape once reduced over the statement's reduced dims."""
+        reduced = self.m.workload.statement(self.node.statement).reduced
+        return list(self.m.grid_shape) + [1 if d in reduced else self.node.tile[k]
+                                          for k, d in enumerate(self.node.dims)]
+
+    @property
     def everywhere(self) -> Array | bool:
         """Which points lie inside every dimension (True when all do)."""
         if not self.ragged:
@@ -622,21 +1155,35 @@ class TilePlace:
         self.frame, self.state, self.indices = frame, state, indices
         node = frame.node
         self.positions = [node.dims.index(d) for d in indices]
+        self.lead = self._lead()
         self.view_index = self._slices()
         if self.view_index is None:
             self.index, self.mask = self._arrays()
 
+    def _lead(self) -> int | None:
+        """How many leading grid axes the buffer has: all of them, or all but trailing
+        axes of one unit (batched loops collapsed around a tile they share); None when
+        its tiles follow another set of loops (index arrays then)."""
+        grid, instance = self.frame.m.grid, self.state.instance_loops
+        lead = len(instance)
+        if tuple(v.name for v in grid[:lead]) != instance:
+            return None
+        if lead < len(grid) and (self.state.decl.partial_loops
+                                 or any(v.extent != 1 for v in grid[lead:])):
+            return None
+        return lead
+
     def _slices(self) -> tuple | None:
         m, node, decl = self.frame.m, self.frame.node, self.state.decl
-        if self.state.instance_loops != tuple(v.name for v in m.grid):
+        if self.lead is None:
             return None
         if not self.positions:  # a scalar per unit: nothing to be ragged; `...` keeps a view
-            return (slice(None),) * len(m.grid) + (Ellipsis,)
+            return (slice(None),) * self.lead + (Ellipsis,)
         if self.frame.ragged:
             return None
         slices = []
         for axis, k in enumerate(self.positions):
-            offset = m.affine(node.origin[k] - decl.origin[axis], 0)
+            offset = m.affine(_minus(node.origin[k], decl.origin[axis]), 0)
             if not isinstance(offset, int):
                 return None
             if offset < 0 or offset + node.tile[k] > decl.shape[axis]:
@@ -644,7 +1191,7 @@ class TilePlace:
                               f"tile of {decl.name}, got an index outside "
                               f"0..{decl.shape[axis] - 1}")
             slices.append(slice(offset, offset + node.tile[k]))
-        return (slice(None),) * len(m.grid) + tuple(slices)
+        return (slice(None),) * self.lead + tuple(slices)
 
     def _arrays(self) -> tuple[tuple, Array]:
         m, node, decl = self.frame.m, self.frame.node, self.state.decl
@@ -665,10 +1212,10 @@ class TilePlace:
 
     def _to_frame(self, tile: Array) -> Array:
         """A view's axes (grid, then buffer axes) reordered and padded to the frame's."""
-        grid = len(self.frame.m.grid)
+        grid, lead = len(self.frame.m.grid), self.lead or 0
         order = sorted(range(len(self.positions)), key=lambda a: self.positions[a])
-        tile = tile.transpose(tuple(range(grid)) + tuple(grid + a for a in order))
-        shape = list(tile.shape[:grid]) + [1] * len(self.frame.node.dims)
+        tile = tile.transpose(tuple(range(lead)) + tuple(lead + a for a in order))
+        shape = list(tile.shape[:lead]) + [1] * (grid - lead + len(self.frame.node.dims))
         for a in order:
             shape[grid + self.positions[a]] = self.frame.node.tile[self.positions[a]]
         return tile.reshape(shape)
@@ -684,13 +1231,13 @@ class TilePlace:
         if self.view_index is None:
             return self.read()
         tile = self.state.values[self.view_index]
-        grid = len(self.frame.m.grid)
+        grid, lead = len(self.frame.m.grid), self.lead or 0
         node = self.frame.node
-        shape = list(tile.shape[:grid]) + [1] * len(node.dims)
-        strides = list(tile.strides[:grid]) + [0] * len(node.dims)
+        shape = list(tile.shape[:lead]) + [1] * (grid - lead + len(node.dims))
+        strides = list(tile.strides[:lead]) + [0] * (grid - lead + len(node.dims))
         for axis, k in enumerate(self.positions):
-            shape[grid + k] = tile.shape[grid + axis]
-            strides[grid + k] = tile.strides[grid + axis]
+            shape[grid + k] = tile.shape[lead + axis]
+            strides[grid + k] = tile.strides[lead + axis]
         return np.lib.stride_tricks.as_strided(tile, shape, strides, writeable=False)
 
     def require_initialised(self, message: str) -> None:
@@ -728,15 +1275,54 @@ def _cast(values: Array, dtype: DType) -> Array:
     return values.astype(np.int64).astype(dtype.numpy)
 
 
-def interpret(program: Program, workload: Workload, inputs: Mapping[str, Array]
-              ) -> dict[str, Array]:
-    """Run every kernel in order; the final value of every tensor."""
-    machine = Machine(program, workload, inputs)
-    for kernel in program.kernels:
-        machine.loops = {loop.var.name: loop.var for loop in _all_loops(kernel.body)}
-        machine.carried = {d for name in kernel.statements
-                           for d in workload.statement(name).reduced}
-        machine.nested_units = _nested_units(kernel.body)
-        machine.written = _written(kernel.body)
-        machine.run(kernel.body)
+def interpret(program: Program, workload: Workload, inputs: Mapping[str, Array],
+              batch: bool = True) -> dict[str, Array]:
+    """Run every kernel in order; the final value of every tensor. `batch=False` runs
+    every sequential reduction loop step by step (the plain reference execution)."""
+    machine = Machine(program, workload, inputs, batch)
+    with one_blas_thread():
+        for kernel in program.kernels:
+            machine.start(kernel)
+            machine.run(kernel.body)
     return machine.result()
+
+
+@contextlib.contextmanager
+def one_blas_thread() -> Iterator[None]:
+    """Matrix products on one BLAS thread meanwhile. The interpreter runs many mid-sized
+    products; waking BLAS threads for each costs more than they give where cores are
+    busy (8x on two loaded cores: 0.25 s instead of 0.03 s for 16 products of
+    2048x128x128). A no-op where the BLAS is not an OpenBLAS this can find."""
+    control = _openblas_threads()
+    if control is None:
+        yield
+        return
+    get, put = control
+    before = get()
+    put(1)
+    try:
+        yield
+    finally:
+        put(before)
+
+
+@functools.cache
+def _openblas_threads() -> tuple[Callable[[], int], Callable[[int], None]] | None:
+    """OpenBLAS's get/set thread count functions, from the library this process loaded."""
+    try:
+        with open("/proc/self/maps") as maps:
+            paths = sorted({line.split()[-1] for line in maps if "openblas" in line.lower()})
+    except OSError:
+        return None
+    for path in paths:
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError:
+            continue
+        for prefix, suffix in (("scipy_openblas", "64_"), ("scipy_openblas", ""),
+                               ("openblas", "64_"), ("openblas", "")):
+            get = getattr(lib, f"{prefix}_get_num_threads{suffix}", None)
+            put = getattr(lib, f"{prefix}_set_num_threads{suffix}", None)
+            if get is not None and put is not None:
+                return get, put
+    return None
