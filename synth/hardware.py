@@ -71,6 +71,25 @@ class Memory:
 
 
 @dataclass(frozen=True)
+class Intrinsic:
+    """A matrix instruction: C[m, n] += A[m, k] * B[k, n] on an m x n x k block of one
+    dtype in `cycles`, on operands packed into blocks of its shape (AIE: 4x8x8 for i8)."""
+
+    m: int
+    n: int
+    k: int
+    cycles: float  # per instruction (one m x n x k block)
+    pack_cycles: float  # per element of an operand tile laid out into blocks
+
+    def point_ps(self, clock_hz: int) -> int:
+        """Picoseconds per multiply-accumulate (one iteration point) when packed."""
+        return max(1, round(self.cycles / (self.m * self.n * self.k) * 1e12 / clock_hz))
+
+    def pack_ps(self, clock_hz: int) -> int:
+        return round(self.pack_cycles * 1e12 / clock_hz)
+
+
+@dataclass(frozen=True)
 class Compute:
     """The cost of arithmetic on one unit of a level."""
 
@@ -78,6 +97,8 @@ class Compute:
     cycles: Mapping[str, Mapping[str, float]]  # dtype name -> op class -> cycles per instruction
     # SIMD width: elements of a dtype one instruction handles (absent: 1, scalar)
     lanes: Mapping[str, int] = field(default_factory=dict)
+    # dtype name -> the matrix instruction for a contraction in it (absent: none)
+    intrinsics: Mapping[str, Intrinsic] = field(default_factory=dict)
 
     @property
     def cycle_ps(self) -> int:
@@ -102,6 +123,9 @@ class Hardware:
     host: Compute  # the root: combines of partial results run here
     launch_ps: int  # fixed cost of starting a kernel once
     source: str = ""  # file it was read from
+    # the units fetch their tiles from the root memory themselves, within one launch: the
+    # root memory's sequential loops run inside the spatial levels (AIE: shim DMAs)
+    streams: bool = False
 
     @property
     def root(self) -> Level:

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from synth.errors import InputError
-from synth.hardware import OP_CLASSES, Compute, Hardware, Level, Memory, TransferRules
+from synth.hardware import OP_CLASSES, Compute, Hardware, Intrinsic, Level, Memory, TransferRules
 from synth.workload import DType
 
 # Where Linux describes the caches of the first CPU; read by `detect_cache_size`. A module
@@ -62,7 +62,8 @@ _COUNT_RANGE = re.compile(r"^\s*(\d+)\s*\.\.\s*(\d+|auto)\s*$")
 
 # The keys of each table of the format. Kept here, next to the code that reads them, so an
 # unknown key can be reported with the closest valid one.
-_TOP_KEYS = ("name", "description", "launch", "level", "memory", "compute", "host")
+_TOP_KEYS = ("name", "description", "launch", "streams", "level", "memory", "compute",
+             "host")
 _TOP_REQUIRED = ("name", "launch", "level", "memory", "compute", "host")
 _LEVEL_KEYS = ("name", "symbol", "count", "issue_share", "barrier")
 _LEVEL_FIELDS = ("symbol", "count", "issue_share", "barrier")  # what --hw-set may change on a level
@@ -71,7 +72,8 @@ _MEMORY_KEYS = ("name", "level", "instance_level", "capacity", "reserved", "symb
 _MEMORY_FIELDS = tuple(k for k in _MEMORY_KEYS if k not in ("name", "transfer"))
 _PARENT_KEYS = ("latency", "bandwidth", "transfer")  # about the parent: not on the root memory
 _TRANSFER_KEYS = ("min", "max", "multiple", "align")
-_COMPUTE_KEYS = ("clock", "cycles", "lanes")
+_COMPUTE_KEYS = ("clock", "cycles", "lanes", "intrinsic")
+_INTRINSIC_KEYS = ("shape", "cycles", "pack")
 _COMPUTE_REQUIRED = ("clock", "cycles")
 _DTYPES = tuple(d.value for d in DType)
 
@@ -520,7 +522,34 @@ def _compute(value: object, where: _Where) -> Compute:
             raise where.at("cycles").error(f"unknown dtype {dtype!r}{_suggest(dtype, _DTYPES)}")
         cycles[dtype] = _cycles_table(ops, where.at("cycles", dtype))
     return Compute(clock_hz=clock_hz, cycles=cycles,
-                   lanes=_lanes(table.get("lanes", {}), where.at("lanes")))
+                   lanes=_lanes(table.get("lanes", {}), where.at("lanes")),
+                   intrinsics=_intrinsics(table.get("intrinsic", {}), where.at("intrinsic")))
+
+
+def _intrinsics(value: object, where: _Where) -> dict[str, Intrinsic]:
+    """`intrinsic = { i8 = { shape = "4x8x8", cycles = 1, pack = 0.25 } }`: per dtype, the
+    matrix instruction's m x n x k block, cycles per instruction, and cycles per element
+    to lay an operand tile out in blocks."""
+    out: dict[str, Intrinsic] = {}
+    for dtype, entry in _table(value, where).items():
+        at = where.at(dtype)
+        if dtype not in _DTYPES:
+            raise where.error(f"unknown dtype {dtype!r}{_suggest(dtype, _DTYPES)}")
+        table = _table(entry, at)
+        _check_keys(table, _INTRINSIC_KEYS, _INTRINSIC_KEYS, at)
+        shape = table["shape"]
+        parts = shape.split("x") if isinstance(shape, str) else []
+        if len(parts) != 3 or not all(p.isdigit() and int(p) > 0 for p in parts):
+            raise at.at("shape").error(f'expected "MxNxK" with positive integers, got {shape!r}')
+        numbers = {}
+        for key in ("cycles", "pack"):
+            number = table[key]
+            if isinstance(number, bool) or not isinstance(number, int | float) or number < 0:
+                raise at.at(key).error(f"expected a number of cycles >= 0, got {number!r}")
+            numbers[key] = float(number)
+        m, n, k = (int(p) for p in parts)
+        out[dtype] = Intrinsic(m, n, k, numbers["cycles"], numbers["pack"])
+    return out
 
 
 def _lanes(value: object, where: _Where) -> dict[str, int]:
@@ -713,6 +742,7 @@ def _build_hardware(tree: Mapping[str, Any], where: _Where, source: str = "") ->
     levels = _levels(tree["level"], where, compute.clock_hz)
     memories = _memories(tree["memory"], levels, compute.clock_hz, where)
     _check_symbols(levels, memories, where)
+    streams = _streams(tree.get("streams", False), memories, where.at("streams"))
     return Hardware(
         name=name,
         levels=levels,
@@ -722,7 +752,22 @@ def _build_hardware(tree: Mapping[str, Any], where: _Where, source: str = "") ->
         launch_ps=_unit(lambda v: parse_time(v, compute.clock_hz), tree["launch"],
                         where.at("launch")),
         source=source,
+        streams=streams,
     )
+
+
+def _streams(value: object, memories: Sequence[Memory], where: _Where) -> bool:
+    """`streams = true`: the units fetch their own tiles from the root memory within one
+    launch (DMA engines that walk DDR themselves), so the root memory's loops run inside
+    the spatial levels. Only when every other memory sits below the root level: a memory
+    at the root level would have to be filled before the loops that fill it."""
+    if not isinstance(value, bool):
+        raise where.error(f"expected true or false, got {value!r}")
+    at_root = [m.name for m in memories[1:] if m.level == memories[0].level]
+    if value and at_root:
+        raise where.error(f"expected every memory but the root below the root level, got "
+                          f"{', '.join(at_root)} at level {memories[0].level}")
+    return value
 
 
 def load_hardware(ref: str, overrides: Sequence[str] = ()) -> Hardware:

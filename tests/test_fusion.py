@@ -3,17 +3,20 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+from collections.abc import Callable
 
 import pytest
-from conftest import SMALL_UPMEM, Case, build, optimum, sample
+from conftest import SMALL_UPMEM, TWO_CORES, Built, Case, build, optimum, sample
 from typer.testing import CliRunner
 
 from synth.cli import app
-from synth.constraints import exhaustive
+from synth.constraints import cpsat, exhaustive
 from synth.constraints.fusion import candidate_groups, illegal_reason
+from synth.constraints.user import user_constraints
 from synth.ir.materialize import materialize
-from synth.ir.nodes import Alloc, Load, Store, walk
+from synth.ir.nodes import Alloc, Compute, Load, Loop, Node, Program, Store, walk
 from synth.lang import load_workload
 from synth.pipeline import validate
 
@@ -33,9 +36,11 @@ def reason(workload: str, *names: str) -> str | None:
 
 def test_candidate_groups_of_the_builtins() -> None:
     assert fused_groups("softmax") == [["e", "s"]]
-    assert fused_groups("attention") == [["p", "l"]]
+    # p is a prologue of o (p iterates i, j of o's i, e, j); O an epilogue after o's pass
+    assert fused_groups("attention") == [["p", "l"], ["p", "o"], ["o", "O"]]
     assert ["u", "p", "r", "O"] in fused_groups("fa6")
-    assert fused_groups("matmul") == []  # C = 0 and C += A*B iterate different dims
+    assert ["kt", "s", "u", "p", "r", "O"] in fused_groups("fa6")  # seed 004's chain
+    assert fused_groups("matmul") == [["C#1", "C#2"]]  # the fill runs where C lives
 
 
 def test_a_reduced_value_is_not_consumed_inside_its_own_pass() -> None:
@@ -50,10 +55,19 @@ def test_kernels_are_convex_in_the_dag() -> None:
     assert why is not None and why.startswith("s depends on the group")
 
 
-def test_fused_statements_share_every_loop() -> None:
-    why = reason("fa6", "kt", "s")
-    assert why is not None and "share every loop" in why
+def test_fused_statements_share_the_loops_of_a_core_statement() -> None:
+    assert reason("fa6", "kt", "s") is None  # the transpose runs per tile of kt
     assert reason("fa6", "u", "p", "r", "O") is None
+    why = reason("attention", "l", "O")  # (i, j) and (i, e): no statement spans both
+    assert why is not None and "no statement spans" in why
+    why = reason("attention", "p", "l", "o")  # l accumulates outside o's loops over e
+    assert why is not None and "l iterates only i, j" in why and "accumulates" in why
+
+
+def test_an_epilogue_may_read_a_reduction_only_after_its_pass() -> None:
+    assert reason("attention", "o", "O") is None  # O does not iterate the reduced j
+    why = reason("attention", "m", "p")  # p iterates the j that m reduces over
+    assert why is not None and "p consumes m" in why
 
 
 def test_the_cli_refuses_an_illegal_fusion_in_the_users_terms() -> None:
@@ -120,3 +134,80 @@ def test_forcing_and_forbidding_a_fusion() -> None:
     kernels = [g["name"] for g in json.loads(fused.stdout)["groups"]]
     assert "e_s" in kernels and "e" not in kernels
     assert "e_s" not in [g["name"] for g in json.loads(apart.stdout)["groups"]]
+
+
+# ---------------------------------------------------------------- prologue and epilogue
+
+MATMUL = Case.of("matmul", "cpu", {"M": 32, "N": 16, "K": 64}, TWO_CORES)
+
+
+def _forced(case: Case, fix: str) -> tuple[Built, Program]:
+    built = build(case)
+    extra = user_constraints(built.model, (), (fix,))
+    cset = dataclasses.replace(built.model.constraints,
+                               constraints=built.model.constraints.constraints + tuple(extra))
+    result = cpsat.solve(cset, 30.0)
+    assert result.env is not None, result.status
+    model = dataclasses.replace(built.model, constraints=cset)
+    return built, materialize(model, result.env)
+
+
+def test_a_fused_fill_initialises_the_accumulator_where_it_lives() -> None:
+    """C = 0 fused with C += A*B: C is never loaded, its innermost tile is filled by the
+    prologue once and then stays resident across every loop over k (streaming K)."""
+    built, program = _forced(MATMUL, "fuse.C#1_C#2=1")
+    [kernel] = program.kernels
+    assert kernel.name == "C#1_C#2"
+    assert not any(isinstance(n, Load) and n.dst.startswith("C_") for n in walk(kernel.body))
+    tile = _enclosing(kernel.body, lambda n: isinstance(n, Alloc)
+                      and n.buffer.name == "C_l1")
+    assert all(loop.var.dim != "k" for loop in tile)  # resident across all of K
+    fill = _enclosing(kernel.body, lambda n: isinstance(n, Compute) and n.statement == "C#1")
+    assert fill == tile  # the fill runs where the tile is allocated, outside the k loops
+    assert validate(program, built.workload).passed
+
+
+def test_an_epilogue_chain_runs_after_the_reduction_it_reads() -> None:
+    case = Case.of("fa6", "cpu", {"S": 32, "D": 16}, TWO_CORES)
+    built, program = _forced(case, "fuse.kt_s_u_p_r_O=1")
+    [kernel] = program.kernels
+    matmul = _enclosing(kernel.body, lambda n: isinstance(n, Compute) and n.statement == "s")
+    for name in ("u", "p", "r", "O"):
+        around = _enclosing(kernel.body, lambda n, name=name: isinstance(n, Compute)
+                            and n.statement == name)
+        assert all(loop.var.dim != "d" for loop in around)  # after the whole pass over d
+        assert around == matmul[:len(around)]
+    assert validate(program, built.workload).passed
+
+
+def test_the_completion_constraint_binds_when_k_cannot_stay_inner() -> None:
+    """With an l2 too small for K's operands, fusing the fill would need C's tile to be
+    reloaded mid-reduction: the fused kernel is infeasible and the solver keeps them
+    apart, while forcing the fusion is explained by fusion.complete."""
+    small = Case.of("matmul", "cpu", {"M": 32, "N": 16, "K": 4096},
+                    ("core.count=1..2", "l2.capacity=4KiB", "l1.capacity=1KiB"))
+    built = build(small)
+    result = optimum(small)
+    assert result.env is not None
+    assert [k.name for k in built.model.selected(result.env)] == ["C#1", "C#2"]
+    runner = CliRunner()
+    out = runner.invoke(app, ["solve", "matmul", "--hw", "cpu", "--set", "M=32", "--set",
+                              "N=16", "--set", "K=4096", *(a for o in small.overrides
+                                                            for a in ("--hw-set", o)),
+                              "--fix", "fuse.C#1_C#2=1"])
+    assert out.exit_code == 1, out.output
+    assert "fusion.complete" in out.output
+
+
+def _enclosing(nodes: tuple[Node, ...], match: Callable[[Node], bool],
+               outer: tuple[Loop, ...] = ()) -> tuple[Loop, ...]:
+    """The loops around the first node that matches."""
+    for node in nodes:
+        if match(node):
+            return outer
+        if isinstance(node, Loop):
+            try:
+                return _enclosing(node.body, match, (*outer, node))
+            except LookupError:
+                continue
+    raise LookupError("no such node")

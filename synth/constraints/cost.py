@@ -38,8 +38,8 @@ from synth.constraints.space import (
     fusion_decision,
     hierarchy_slots,
 )
-from synth.hardware import Hardware, Memory
-from synth.workload import Statement, Workload, op_classes
+from synth.hardware import Hardware, Intrinsic, Memory
+from synth.workload import Access, BinOp, ReduceOp, Statement, Workload, op_classes
 
 
 @dataclass(frozen=True)
@@ -88,6 +88,9 @@ class KernelTerms:
     combined: Mapping[int, ex.Int] = field(default_factory=dict)
     # temporal slot -> 1 or 2: tiles moving into its memory are single or double buffered
     buffered: Mapping[int, ex.Int] = field(default_factory=dict)
+    # 0/1: the kernel's contraction runs on the matrix intrinsic, operands packed (None:
+    # no intrinsic applies)
+    packed: ex.Int | None = None
 
     @property
     def slots(self) -> tuple[Slot, ...]:
@@ -242,6 +245,8 @@ class Model:
     combines: Mapping[str, Mapping[int, ex.Int]] = field(default_factory=dict)
     # kernel -> temporal slot -> 1/2 term: tiles moving into its memory are double buffered
     buffers: Mapping[str, Mapping[int, ex.Int]] = field(default_factory=dict)
+    # kernel -> 0/1 term: its contraction runs on the matrix intrinsic (see `pack_decision`)
+    packs: Mapping[str, ex.Int] = field(default_factory=dict)
 
     @property
     def slots(self) -> tuple[Slot, ...]:
@@ -262,12 +267,15 @@ def build_model(workload: Workload, hw: Hardware, kernels: Sequence[KernelSpec],
     factors = build_factors(kernels, hw, slots)
     domains = dict(factors.domains)
     chosen, cover = fusion_choices(workload, kernels, domains)
-    terms = [with_buffer_choices(with_combine_choices(KernelTerms(k, factors, hw), domains),
-                                 domains) for k in kernels]
+    terms = [with_pack_choice(with_buffer_choices(
+        with_combine_choices(KernelTerms(k, factors, hw), domains), domains), domains)
+        for k in kernels]
     constraints: list[NamedConstraint] = list(cover)
     for kt in terms:
         own = (tiling_constraints(kt) + capacity_constraints(kt, workload)
-               + transfer_rule_constraints(kt, workload) + implied_compute_bounds(kt))
+               + transfer_rule_constraints(kt, workload) + completion_constraints(kt)
+               + single_writer_constraints(kt) + intrinsic_constraints(kt)
+               + implied_compute_bounds(kt))
         constraints += [when_chosen(chosen[kt.kernel.name], c) for c in own]
     definitions, count_constraints = unit_counts(terms, hw, chosen)
     constraints += count_constraints
@@ -286,7 +294,8 @@ def build_model(workload: Workload, hw: Hardware, kernels: Sequence[KernelSpec],
                          groups=factors.groups)
     return Model(workload, hw, tuple(kernels), factors, cset, chosen,
                  {kt.kernel.name: kt.combined for kt in terms},
-                 {kt.kernel.name: kt.buffered for kt in terms})
+                 {kt.kernel.name: kt.buffered for kt in terms},
+                 {kt.kernel.name: kt.packed for kt in terms if kt.packed is not None})
 
 
 # ---------------------------------------------------------------- fusion
@@ -344,7 +353,8 @@ def with_buffer_choices(kt: KernelTerms, domains: dict[str, tuple[int, ...]]
     """A 1/2 decision (added to `domains`) for the innermost memory, the one compute
     reads its tiles from, when its tiles may be double buffered. Not when its parent is
     the root: copies out of the root memory happen between launches (the root loop is
-    the launch loop), so nothing runs that they could overlap with. Not when no
+    the launch loop), so nothing runs that they could overlap with (unless the units
+    stream from the root memory themselves, `hw.streams`). Not when no
     sequential loop around its copies can take more than one step (one load cannot be
     overlapped). Intermediate memories get none: their transfers would overlap the same
     compute, and the z3 backend does not finish on models with several overlapped
@@ -355,13 +365,86 @@ def with_buffer_choices(kt: KernelTerms, domains: dict[str, tuple[int, ...]]
     for slot, mem in _memory_slots(kt)[-1:]:
         loops = copy_loops(kt.slots, kt.kernel, slot)
         steps = [kt.f(lp.dim, lp.slot) for lp in loops.fixed + loops.optional]
-        if _parent_slot(kt, slot) == root or not kt.moving() or all(s == ex.ONE
+        if (_parent_slot(kt, slot) == root and not kt.hw.streams) or not kt.moving() or all(
+                s == ex.ONE
                                                                    for s in steps):
             continue
         name = buffers_decision(kt.kernel.name, mem.name)
         domains[name] = (1, 2)
         buffered[slot] = ex.Var(name)
     return dataclasses.replace(kt, buffered=buffered)
+
+
+def pack_decision(kernel: str) -> str:
+    """`pack.C#2` is 1 when kernel C#2's contraction runs on the matrix intrinsic."""
+    return f"pack.{kernel}"
+
+
+def contraction(stmt: Statement) -> tuple[str, str, str] | None:
+    """(m, n, k) when `stmt` is `C[m, n] += A[m, k] * B[k, n]` (operands either way
+    round, either index order), the form a matrix intrinsic computes; else None."""
+    expr = stmt.expr
+    if (stmt.op is not ReduceOp.ADD or len(stmt.reduced) != 1 or len(stmt.indices) != 2
+            or not isinstance(expr, BinOp) or expr.op != "*"
+            or not isinstance(expr.lhs, Access) or not isinstance(expr.rhs, Access)):
+        return None
+    (m, n), k = stmt.indices, stmt.reduced[0]
+    operands = {frozenset(expr.lhs.indices), frozenset(expr.rhs.indices)}
+    return (m, n, k) if operands == {frozenset((m, k)), frozenset((k, n))} else None
+
+
+def packable(kt: KernelTerms) -> tuple[Statement, Intrinsic] | None:
+    """The kernel's one core contraction and the intrinsic for its dtype, if any."""
+    found = [s for s in kt.kernel.core if contraction(s) is not None]
+    if len(found) != 1 or found[0].dtype.value not in kt.hw.compute.intrinsics:
+        return None
+    return found[0], kt.hw.compute.intrinsics[found[0].dtype.value]
+
+
+def with_pack_choice(kt: KernelTerms, domains: dict[str, tuple[int, ...]]) -> KernelTerms:
+    """A 0/1 decision (added to `domains`) when the kernel's contraction may run on the
+    hardware's matrix intrinsic: packed, its compute tile is a multiple of the
+    intrinsic's block and a point costs the intrinsic's share; its operand tiles are
+    laid out in blocks each time they move into the innermost memory (`pack_cost`)."""
+    if packable(kt) is None:
+        return kt
+    name = pack_decision(kt.kernel.name)
+    domains[name] = (0, 1)
+    return dataclasses.replace(kt, packed=ex.Var(name))
+
+
+def intrinsic_constraints(kt: KernelTerms) -> list[NamedConstraint]:
+    """Packed, the compute tile of m, n and k is a multiple of the intrinsic's block."""
+    found = packable(kt)
+    if found is None or kt.packed is None:
+        return []
+    stmt, intrinsic = found
+    roles = contraction(stmt)
+    assert roles is not None
+    innermost = len(kt.slots) - 1
+    out = []
+    for dim, block in zip(roles, (intrinsic.m, intrinsic.n, intrinsic.k), strict=True):
+        fits = ex.Cmp(ex.mod(kt.tile(dim, innermost), block), "==", ex.ZERO)
+        out.append(NamedConstraint(
+            "intrinsic", f"kernel {kt.kernel.name}: packed, the compute tile of {dim} is a "
+            f"multiple of {block} ({intrinsic.m}x{intrinsic.n}x{intrinsic.k} intrinsic)",
+            ex.AnyOf((ex.Cmp(kt.packed, "==", ex.ZERO), fits))))
+    return out
+
+
+def pack_cost(kt: KernelTerms) -> ex.Int:
+    """Packed: each operand tile is laid out in blocks when it moves into the innermost
+    memory (and the result laid back when it moves out), per element."""
+    found = packable(kt)
+    if found is None or kt.packed is None:
+        return ex.ZERO
+    stmt, intrinsic = found
+    moves = [ex.scale(tile_points(kt, kt.kernel.use(t), kt.kernel.use(t).indices),
+                      int(kt.kernel.use(t).read) + int(kt.kernel.use(t).written))
+             for t in dict.fromkeys((stmt.target, *stmt.inputs))
+             if not kt.kernel.use(t).local]
+    per = intrinsic.pack_ps(kt.hw.compute.clock_hz)
+    return ex.select(_is_one(kt.packed), ex.mul(per, ex.add(*moves)), 0)
 
 
 def when_chosen(used: ex.Int, constraint: NamedConstraint) -> NamedConstraint:
@@ -442,6 +525,54 @@ def transfer_rule_constraints(kt: KernelTerms, workload: Workload) -> list[Named
     return out
 
 
+def completion_constraints(kt: KernelTerms) -> list[NamedConstraint]:
+    """A core reduction whose target another statement of the kernel initialises or
+    reads (`C = 0` fused before `C += A * B`, or an epilogue) happens entirely inside
+    one tile of the target in the innermost memory: no loop over a reduced dimension
+    encloses that tile (else the fill would run again mid-reduction, or the epilogue
+    would read a partial sum), and no unit holds a share of one (partials)."""
+    out = []
+    innermost = len(kt.slots) - 1
+    spatial = [i for i, s in enumerate(kt.slots) if s.kind is SlotKind.SPATIAL]
+    for stmt, use in kt.kernel.completed():
+        counted, optional = transfer_loops(kt, use, innermost)
+        around = ex.mul(*optional, *(kt.dim_product(d, counted[d]) for d in stmt.reduced),
+                        *(kt.f(d, i) for d in stmt.reduced for i in spatial))
+        users = ", ".join(s.name for s in kt.kernel.prologue + kt.kernel.epilogue
+                          if s.target == stmt.target or stmt.target in s.inputs)
+        out.append(NamedConstraint(
+            "fusion.complete",
+            f"kernel {kt.kernel.name}: {stmt.name} reduces over "
+            f"{', '.join(stmt.reduced)} inside one {kt.slots[innermost].name} tile of "
+            f"{stmt.target} ({users} needs it whole)",
+            ex.Cmp(around, "==", ex.ONE)))
+    return out
+
+
+def single_writer_constraints(kt: KernelTerms) -> list[NamedConstraint]:
+    """A prologue or epilogue statement whose result leaves the kernel writes each of
+    its elements once: no loop over a dimension it does not iterate encloses its target's
+    tile, neither across units (they would all store the same elements) nor in time (it
+    would store them again each step)."""
+    out = []
+    innermost = len(kt.slots) - 1
+    spatial = [i for i, s in enumerate(kt.slots) if s.kind is SlotKind.SPATIAL]
+    for stmt in kt.kernel.prologue + kt.kernel.epilogue:
+        use = kt.kernel.use(stmt.target)
+        others = [d for d in kt.kernel.dims if d not in stmt.dims]
+        if use.local or not others:
+            continue
+        counted, optional = transfer_loops(kt, use, innermost)
+        around = ex.mul(*optional, *(kt.dim_product(d, counted[d]) for d in others),
+                        *(kt.f(d, i) for d in others for i in spatial))
+        out.append(NamedConstraint(
+            "fusion.writes",
+            f"kernel {kt.kernel.name}: {stmt.name} writes each element of {stmt.target} once "
+            f"(no loop over {', '.join(others)}, which it does not iterate, around it)",
+            ex.Cmp(around, "==", ex.ONE)))
+    return out
+
+
 def unit_counts(terms: Sequence[KernelTerms], hw: Hardware, chosen: Mapping[str, ex.Int]
                 ) -> tuple[dict[str, ex.Int], list[NamedConstraint]]:
     """Each symbolic count (R, D, T, ...) is the most units any kernel uses at its level:
@@ -475,9 +606,10 @@ def kernel_cost(kt: KernelTerms, workload: Workload) -> dict[str, ex.Int]:
     compute = compute_cost(kt)
     parts: dict[str, ex.Int] = {
         "compute": compute,
-        "launch": ex.mul(kt.hw.launch_ps, *(kt.f(d, _root_slot(kt)) for d in kt.kernel.dims)),
+        "launch": launch_cost(kt),
         "combine": combine_cost(kt, workload),
         "device_combine": device_combine_cost(kt, workload),
+        "pack": pack_cost(kt),
     }
     for slot, mem in _memory_slots(kt):
         parent = kt.hw.memories[kt.hw.memories.index(mem) - 1]
@@ -488,6 +620,15 @@ def kernel_cost(kt: KernelTerms, workload: Workload) -> dict[str, ex.Int]:
                 transfer, compute, first_transfer_cost(kt, workload, mem, slot)), transfer)
         parts[f"transfer:{parent.name}->{mem.name}"] = transfer
     return parts
+
+
+def launch_cost(kt: KernelTerms) -> ex.Int:
+    """A fixed cost per start of the kernel: once per iteration of the root memory's
+    loops (the host refills the next memory between launches), or once when the units
+    stream from the root memory themselves (`hw.streams`)."""
+    if kt.hw.streams:
+        return ex.const(kt.hw.launch_ps)
+    return ex.mul(kt.hw.launch_ps, *(kt.f(d, _root_slot(kt)) for d in kt.kernel.dims))
 
 
 def kernel_objective(kt: KernelTerms, workload: Workload, parts: Mapping[str, ex.Int]
@@ -547,10 +688,38 @@ def first_transfer_cost(kt: KernelTerms, workload: Workload, mem: Memory, slot: 
 
 def compute_cost(kt: KernelTerms) -> ex.Int:
     """Points per innermost unit x cost per point, stretched where units share a pipeline
-    that needs `issue_share` of them to issue every cycle (UPMEM: 11 tasklets)."""
+    that needs `issue_share` of them to issue every cycle (UPMEM: 11 tasklets).
+
+    Core statements run at every point of the kernel's loops; a prologue or epilogue
+    statement runs once per tile of its target in the innermost memory, over that tile
+    (again for every loop around the tile that it does not iterate)."""
     stretch = [ex.maximum(kt.hw.levels[kt.slots[i].level_index].issue_share, kt.units(i))
                for i in _shared_pipelines(kt)]
-    return ex.mul(_point_ps(kt), kt.sequential_points(), *stretch)
+    point: ex.Int = ex.const(_point_ps(kt))
+    found = packable(kt)
+    if found is not None and kt.packed is not None:
+        point = ex.select(_is_one(kt.packed), _packed_point_ps(kt, *found), point)
+    core = ex.mul(point, kt.sequential_points(), *stretch)
+    around = [ex.mul(kt.hw.compute.point_ps(statement_ops(s), s.dtype), around_points(kt, s),
+                     *stretch) for s in kt.kernel.prologue + kt.kernel.epilogue]
+    return ex.add(core, *around)
+
+
+def around_points(kt: KernelTerms, stmt: Statement) -> ex.Int:
+    """Points one innermost unit computes of a prologue or epilogue statement: its
+    target's tile in the innermost memory, once per time that tile is (re)made (the
+    loops around it, as `transfer_loops` counts them). Written per dimension as one
+    product of its factors, like `tensor_transfer_cost`, so the bounds stay tight."""
+    return tile_points(kt, kt.kernel.use(stmt.target), stmt.dims)
+
+
+def tile_points(kt: KernelTerms, use: TensorUse, dims: Sequence[str]) -> ex.Int:
+    """Elements over `dims` of `use`'s tile in the innermost memory, times the number of
+    times one unit makes that tile (its copies, as `transfer_loops` counts them)."""
+    innermost = len(kt.slots) - 1
+    counted, optional = transfer_loops(kt, use, innermost)
+    return ex.mul(*optional, *(kt.dim_product(d, counted[d] | {innermost}) if d in dims
+                               else kt.dim_product(d, counted[d]) for d in kt.kernel.dims))
 
 
 def implied_compute_bounds(kt: KernelTerms) -> list[NamedConstraint]:
@@ -564,7 +733,7 @@ def implied_compute_bounds(kt: KernelTerms) -> list[NamedConstraint]:
         out.append(NamedConstraint(
             "implied", f"kernel {kt.kernel.name}: compute takes the points of all "
             f"{kt.slots[i].name} units sharing a pipeline",
-            ex.Cmp(compute_cost(kt), ">=", ex.mul(_point_ps(kt), all_units))))
+            ex.Cmp(compute_cost(kt), ">=", ex.mul(_least_point_ps(kt), all_units))))
     return out
 
 
@@ -574,7 +743,22 @@ def _shared_pipelines(kt: KernelTerms) -> list[int]:
 
 
 def _point_ps(kt: KernelTerms) -> int:
-    return sum(kt.hw.compute.point_ps(statement_ops(s), s.dtype) for s in kt.kernel.statements)
+    """Cost of one point of the kernel's core statements."""
+    return sum(kt.hw.compute.point_ps(statement_ops(s), s.dtype) for s in kt.kernel.core)
+
+
+def _packed_point_ps(kt: KernelTerms, stmt: Statement, intrinsic: Intrinsic) -> int:
+    """Cost of one point with the contraction `stmt` on the intrinsic."""
+    others = sum(kt.hw.compute.point_ps(statement_ops(s), s.dtype)
+                 for s in kt.kernel.core if s is not stmt)
+    return others + intrinsic.point_ps(kt.hw.compute.clock_hz)
+
+
+def _least_point_ps(kt: KernelTerms) -> int:
+    """The cheapest a point can be, packed or not (for bounds true of every schedule)."""
+    found = packable(kt)
+    return _point_ps(kt) if found is None else min(_point_ps(kt),
+                                                   _packed_point_ps(kt, *found))
 
 
 def statement_ops(stmt: Statement) -> Counter[str]:
@@ -657,7 +841,9 @@ def device_combine_slots(kt: KernelTerms) -> dict[int, Memory]:
     out: dict[int, Memory] = {}
     for index, slot in enumerate(kt.slots):
         memory = shared_memory(kt.hw, slot.level_index)
-        if slot.kind is SlotKind.SPATIAL and memory is not None:
+        # and a memory tile above the units to fold into (not when they stream the root's)
+        above = any(s.kind is SlotKind.TEMPORAL for s in kt.slots[:index])
+        if slot.kind is SlotKind.SPATIAL and memory is not None and above:
             out[index] = memory
     return out
 
@@ -670,8 +856,10 @@ def device_combine_memory(model: Model, slot: int) -> str:
 
 
 def reduced_into(kernel: KernelSpec, use: TensorUse) -> list[str]:
-    """The kernel's reduced dimensions that a written tensor does not carry."""
-    return [d for d in kernel.reduced if d not in use.indices] if use.written else []
+    """The dimensions the kernel's statements reduce into a written tensor (which it
+    does not carry)."""
+    dims = [d for s in kernel.statements if s.target == use.tensor for d in s.reduced]
+    return [d for d in dict.fromkeys(dims) if d not in use.indices] if use.written else []
 
 
 def combines_on_device(kt: KernelTerms, slot: int, dims: Sequence[str]) -> ex.Cond | bool:

@@ -15,7 +15,7 @@ from typing import Any
 from ortools.sat.python import cp_model
 
 from synth.constraints import expr as ex
-from synth.constraints.decompose import solve_by_parts
+from synth.constraints.decompose import solve_by_covers, solve_by_parts
 from synth.constraints.result import SolveResult, Status
 from synth.constraints.space import ConstraintSet
 
@@ -190,30 +190,37 @@ def _split_coefficient(term: ex.Prod) -> tuple[int, list[ex.Int]]:
 def solve(cset: ConstraintSet, time_limit_s: float = 30.0, workers: int = 1) -> SolveResult:
     """Minimise the objective of `cset`: status, solution and proven bound.
 
-    Independent parts are solved one by one (see `decompose`); one worker and a fixed
-    seed make the result deterministic."""
-    return solve_by_parts(cset, time_limit_s, "cpsat",
-                          lambda part, limit: _solve_part(part, limit, workers))
+    Each fusion cover is solved on its own and the best kept, and within a cover the
+    independent parts one by one (see `decompose`); a part that recurs across covers (a
+    kernel that is in several) is solved once. One model over all covers leaves CP-SAT
+    to search fusion and tiling together, and with prologue and epilogue candidates that
+    took over 30 s on attention/upmem where the covers take about a second. One worker
+    and a fixed seed make the result deterministic."""
+    solved: dict[object, SolveResult] = {}  # parts that recur across fusion covers
+    return solve_by_covers(cset, time_limit_s, "cpsat", lambda cover, limit: solve_by_parts(
+        cover, limit, "cpsat", lambda part, left: _solve_part(part, left, workers), solved))
 
 
 def _solve_part(cset: ConstraintSet, time_limit_s: float, workers: int) -> SolveResult:
-    if not cset.decisions:  # nothing to decide: every constraint is about constants
-        ok = not cset.violated({})
-        value = ex.evaluate(cset.objective, {})
-        if not ok:
+    if all(len(values) == 1 for values in cset.decisions.values()):
+        # nothing to decide (constants, or a fusion cover's fixed decisions): evaluate
+        env = {name: values[0] for name, values in cset.decisions.items()}
+        if cset.violated(env):
             return SolveResult("cpsat", Status.INFEASIBLE, 0.0)
-        return SolveResult("cpsat", Status.OPTIMAL, 0.0, {}, value, value)
+        value = ex.evaluate(cset.objective, env)
+        return SolveResult("cpsat", Status.OPTIMAL, 0.0, env, value, value)
     start = time.perf_counter()
     lowering = Lowering(cset)
     for constraint in cset.constraints:
         lowering.require(constraint.cond)
     lowering.model.minimize(lowering.linear(cset.objective))
-    solver = _solver(time_limit_s, workers)
+    solver = new_solver(time_limit_s, workers)
     code = solver.solve(lowering.model)
     return _result(solver, code, lowering, time.perf_counter() - start)
 
 
-def _solver(time_limit_s: float, workers: int) -> cp_model.CpSolver:
+def new_solver(time_limit_s: float, workers: int) -> cp_model.CpSolver:
+    """A CP-SAT solver with synth's settings (fixed seed, and the workaround below)."""
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = time_limit_s
     solver.parameters.random_seed = SEED
@@ -222,6 +229,11 @@ def _solver(time_limit_s: float, workers: int) -> cp_model.CpSolver:
     # propagation what it needs, and on these models the LP costs more than it prunes
     # (measured: 3-5x faster proofs on 3-D kernels; benchmarks/RESULTS.md).
     solver.parameters.linearization_level = 0
+    # CP-SAT 9.15's inclusion presolve (dominated linear constraints, set packing) wrongly
+    # proves some fusion-cover models infeasible: gemm2k on cpu, with fill + matmul fused
+    # or not, is INFEASIBLE with it and OPTIMAL without presolve or with this at 0, and
+    # each cover alone (--fix fuse.C#1_C#2=0 or =1) is OPTIMAL either way.
+    solver.parameters.presolve_inclusion_work_limit = 0
     return solver
 
 

@@ -9,13 +9,14 @@ it keeps the search of a many-kernel program the sum, not the product, of its ke
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import time
 from collections.abc import Callable, Iterable
 
 from synth.constraints import expr as ex
 from synth.constraints.result import SolveResult, Status
 from synth.constraints.space import ConstraintSet, NamedConstraint, is_fusion_decision
+
+COVER = "fusion.cover"  # the group of the constraints that each statement runs once
 
 
 def components(cset: ConstraintSet) -> list[ConstraintSet]:
@@ -37,9 +38,11 @@ def components(cset: ConstraintSet) -> list[ConstraintSet]:
         for other in roots[1:]:
             parent[other] = roots[0]
 
+    memo: dict[int, tuple[object, frozenset[str]]] = {}
+
     def decisions_of(node: ex.Int | ex.Cond) -> set[str]:
         out: set[str] = set()
-        for name in ex.variables(node):
+        for name in ex.variable_set(node, memo):
             out |= depends.get(name, {name})
         return out
 
@@ -96,9 +99,11 @@ def inline_definitions(cset: ConstraintSet) -> ConstraintSet:
     terms: dict[str, ex.Int] = {}
     for name, term in cset.definitions.items():
         terms[name] = ex.substitute(term, terms)  # type: ignore[assignment]
-    constraints = tuple(NamedConstraint(c.group, c.meaning, ex.substitute(c.cond, terms))  # type: ignore[arg-type]
+    memo: dict[int, tuple[object, ex.Int | ex.Cond]] = {}
+    constraints = tuple(NamedConstraint(c.group, c.meaning,
+                                        ex.substitute(c.cond, terms, memo))  # type: ignore[arg-type]
                         for c in cset.constraints)
-    objective = ex.substitute(cset.objective, terms)
+    objective = ex.substitute(cset.objective, terms, memo)
     return ConstraintSet(cset.decisions, {}, constraints, objective, groups=cset.groups)  # type: ignore[arg-type]
 
 
@@ -152,22 +157,47 @@ def fusion_covers(cset: ConstraintSet) -> list[ConstraintSet]:
         return [cset]
     flat = inline_definitions(cset)
     covers = []
-    for values in itertools.product(*(cset.decisions[n] for n in names)):
+    free: dict[int, tuple[object, frozenset[str]]] = {}  # shared by the covers' rewrites
+    for values in _exact_covers(cset, names):
         chosen: dict[str, ex.Int] = {n: ex.const(v) for n, v in zip(names, values, strict=True)}
+        memo: dict[int, tuple[object, ex.Int | ex.Cond]] = {}
         constraints = tuple(
-            dataclasses.replace(c, cond=ex.substitute(c.cond, chosen))  # type: ignore[arg-type]
+            dataclasses.replace(c, cond=ex.substitute(c.cond, chosen, memo, free))  # type: ignore[arg-type]
             for c in flat.constraints)
         if any(c.cond == ex.FALSE for c in constraints):
             continue
         constraints = tuple(c for c in constraints if c.cond != ex.TRUE)
-        objective = ex.substitute(flat.objective, chosen)
-        mentioned = {v for c in constraints for v in ex.variables(c.cond)}
-        mentioned |= set(ex.variables(objective))
+        objective = ex.substitute(flat.objective, chosen, memo, free)
+        mentioned = {v for c in constraints for v in ex.variable_set(c.cond, free)}
+        mentioned |= ex.variable_set(objective, free)
         decisions = {n: d for n, d in cset.decisions.items() if n in mentioned}
         decisions |= {n: (v,) for n, v in zip(names, values, strict=True)}
         covers.append(ConstraintSet(decisions, {}, constraints, objective,  # type: ignore[arg-type]
                                     groups=cset.groups))
     return covers
+
+
+def _exact_covers(cset: ConstraintSet, names: list[str]) -> list[tuple[int, ...]]:
+    """The values of the fusion decisions `names` that pick exactly one kernel for every
+    statement (each `fusion.cover` constraint says: exactly one of these is 1), found by
+    backtracking over the statements: a 6-statement chain has 21 candidate kernels but
+    only 32 covers, so enumerating all 2^21 assignments is out of the question."""
+    options = [frozenset(ex.variables(c.cond)) & set(names) for c in cset.constraints
+               if c.group == COVER]
+    found: list[tuple[int, ...]] = []
+
+    def extend(picked: frozenset[str], excluded: frozenset[str]) -> None:
+        open_ = next((o for o in options if not o & picked), None)
+        if open_ is None:
+            found.append(tuple(int(n in picked) for n in names))
+            return
+        for name in sorted(open_ - excluded):
+            clash = frozenset().union(*(o for o in options if name in o)) - {name}
+            if not clash & picked:
+                extend(picked | {name}, excluded | clash)
+
+    extend(frozenset(), frozenset())
+    return found
 
 
 def solve_by_covers(cset: ConstraintSet, time_limit_s: float, solver: str,

@@ -19,6 +19,7 @@ from synth.constraints.decompose import (
     components,
     fusion_covers,
     inline_definitions,
+    part_key,
     solve_by_covers,
 )
 from synth.constraints.result import SolveResult, Status
@@ -32,8 +33,10 @@ def space_size(cset: ConstraintSet, joint: bool = False) -> int:
     """Candidate assignments the enumerator visits at most."""
     if joint:
         return math.prod(len(v) for v in cset.decisions.values())
+    distinct = {part_key(part): part for fixed in fusion_covers(cset)
+                for part in components(fixed)}  # a part in several covers is enumerated once
     return sum(math.prod(len(v) for v in part.decisions.values())
-               for fixed in fusion_covers(cset) for part in components(fixed))
+               for part in distinct.values())
 
 
 def solve(cset: ConstraintSet, time_limit_s: float = 60.0, max_points: int = MAX_POINTS,
@@ -46,21 +49,28 @@ def solve(cset: ConstraintSet, time_limit_s: float = 60.0, max_points: int = MAX
             f"the exhaustive solver refuses a space of {size:,} candidate schedules "
             f"(limit {max_points:,}); use smaller sizes (--set) or hardware ranges "
             f"(--hw-set), or --solver cpsat")
+    solved: dict[object, tuple[Status, tuple[int, dict[str, int]] | None, int]] = {}
     if joint:
-        return _solve_parts(cset, [cset], time_limit_s, time.perf_counter())
+        return _solve_parts(cset, [cset], time_limit_s, time.perf_counter(), solved)
     return solve_by_covers(cset, time_limit_s, "exhaustive", lambda fixed, limit: _solve_parts(
-        fixed, components(fixed), limit, time.perf_counter()))
+        fixed, components(fixed), limit, time.perf_counter(), solved))
 
 
 def _solve_parts(cset: ConstraintSet, parts: Sequence[ConstraintSet], time_limit_s: float,
-                 start: float) -> SolveResult:
-    """Enumerate each part, add the optima up, and complete the assignment of `cset`
-    (decisions no part mentions take their smallest value)."""
+                 start: float,
+                 solved: dict[object, tuple[Status, tuple[int, dict[str, int]] | None, int]]
+                 ) -> SolveResult:
+    """Enumerate each part (once, when it recurs across fusion covers: `solved`), add the
+    optima up, and complete the assignment of `cset` (decisions no part mentions take
+    their smallest value)."""
     decisions = {name: values[0] for name, values in cset.decisions.items()}
     objective, visited, proven = 0, 0, True
     for part in parts:
         remaining = time_limit_s - (time.perf_counter() - start)
-        status, best, part_visited = _enumerate(inline_definitions(part), remaining)
+        key = part_key(part)
+        if key not in solved or solved[key][0] is Status.TIMEOUT:
+            solved[key] = _enumerate(inline_definitions(part), remaining)
+        status, best, part_visited = solved[key]
         visited += part_visited
         if best is None:  # infeasible, or out of time before any schedule
             return SolveResult("exhaustive", status, time.perf_counter() - start,

@@ -90,10 +90,13 @@ def floor_divisions(node: Any) -> Any:
     """`node` with each `ExactDiv(n, d)` written as floor(n / d) = ceil((n - d + 1) / d),
     so that it no longer forces `d` to divide `n` (and its bounds, from `expr.bounds`,
     stay valid when it does not)."""
-    if isinstance(node, ex.ExactDiv):
-        num, den = floor_divisions(node.num), floor_divisions(node.den)
+    if isinstance(node, ex.ExactDiv | ex.CeilDiv):
+        num, den = floor_divisions(node.num), _positive(floor_divisions(node.den))
         if isinstance(num, ex.Const) and isinstance(den, ex.Const):
-            return ex.const(num.value // den.value)
+            return ex.const(num.value // den.value if isinstance(node, ex.ExactDiv)
+                            else -(-num.value // den.value))
+        if isinstance(node, ex.CeilDiv):
+            return ex.CeilDiv(num, den)
         return ex.CeilDiv(ex.add(num, ex.mul(-1, den), 1), den)
     if isinstance(node, ex.Const | ex.Var):
         return node
@@ -105,6 +108,12 @@ def floor_divisions(node: Any) -> Any:
     return type(node)(**{name: tuple(floor_divisions(v) for v in value)
                          if isinstance(value, tuple) else floor_divisions(value)
                          for name, value in fields.items()})
+
+
+def _positive(den: Any) -> Any:
+    """A divisor that a floor division inside it may have made 0 (a tile larger than its
+    extent, in a kernel the checked groups leave free), kept at least 1 for CP-SAT."""
+    return den if isinstance(den, ex.Const) else ex.maximum(den, ex.ONE)
 
 
 class Feasibility:
@@ -171,10 +180,8 @@ class Feasibility:
         model = self.lowering.model
         model.clear_assumptions()
         model.add_assumptions(literals)
-        solver = cp_model.CpSolver()
-        solver.parameters.max_time_in_seconds = time_limit_s
-        solver.parameters.num_workers = 1
-        solver.parameters.random_seed = cpsat.SEED
+        solver = cpsat.new_solver(time_limit_s, workers=1)
+        solver.parameters.linearization_level = 1  # the default: these are feasibility checks
         code = solver.solve(model)
         return solver, solver.status_name(code)
 

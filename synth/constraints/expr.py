@@ -289,34 +289,71 @@ def variables(node: Int | Cond) -> Iterator[str]:
         yield from variables(child)
 
 
-def substitute(node: Int | Cond, terms: Mapping[str, Int]) -> Int | Cond:
-    """`node` with each variable named in `terms` replaced by its term."""
+def variable_set(node: Int | Cond, memo: dict[int, tuple[object, frozenset[str]]]
+                 ) -> frozenset[str]:
+    """The names of the variables a term mentions. `memo` (keyed by node identity, kept
+    by the caller across calls) visits a subterm shared by many terms once: the terms of
+    one model share most of their subterms."""
+    seen = memo.get(id(node))
+    if seen is not None and seen[0] is node:
+        return seen[1]
+    found = (frozenset((node.name,)) if isinstance(node, Var)
+             else frozenset().union(*(variable_set(c, memo) for c in children(node))))
+    memo[id(node)] = (node, found)
+    return found
+
+
+def substitute(node: Int | Cond, terms: Mapping[str, Int],
+               memo: dict[int, tuple[object, Int | Cond]] | None = None,
+               free: dict[int, tuple[object, frozenset[str]]] | None = None) -> Int | Cond:
+    """`node` with each variable named in `terms` replaced by its term. `memo` (keyed by
+    node identity) rewrites a subterm shared by many terms once; with `free` (a memo of
+    `variable_set`, kept across calls), subterms that mention none of `terms` are kept
+    as they are without a visit."""
+    if memo is None:
+        memo = {}
+    seen = memo.get(id(node))
+    if seen is not None and seen[0] is node:
+        return seen[1]
+    if free is not None and variable_set(node, free).isdisjoint(terms):
+        return node
+    result = _substitute(node, terms, memo, free)
+    memo[id(node)] = (node, result)
+    return result
+
+
+def _substitute(node: Int | Cond, terms: Mapping[str, Int],
+                memo: dict[int, tuple[object, Int | Cond]],
+                free: dict[int, tuple[object, frozenset[str]]] | None) -> Int | Cond:
     if isinstance(node, Var):
         return terms.get(node.name, node)
     if isinstance(node, Const):
         return node
     if isinstance(node, Sum):
-        return add(*(substitute(t, terms) for t in node.terms))  # type: ignore[arg-type]
+        return add(*(substitute(t, terms, memo, free) for t in node.terms))  # type: ignore[arg-type]
     if isinstance(node, Prod):
-        return mul(*(substitute(f, terms) for f in node.factors))  # type: ignore[arg-type]
+        return mul(*(substitute(f, terms, memo, free) for f in node.factors))  # type: ignore[arg-type]
     if isinstance(node, Max):
-        return maximum(*(substitute(a, terms) for a in node.args))  # type: ignore[arg-type]
+        return maximum(*(substitute(a, terms, memo, free) for a in node.args))  # type: ignore[arg-type]
     if isinstance(node, CeilDiv):
-        return ceil_div(substitute(node.num, terms), substitute(node.den, terms))  # type: ignore[arg-type]
+        return ceil_div(substitute(node.num, terms, memo, free),  # type: ignore[arg-type]
+                        substitute(node.den, terms, memo, free))  # type: ignore[arg-type]
     if isinstance(node, ExactDiv):
-        return exact_div(substitute(node.num, terms), substitute(node.den, terms))  # type: ignore[arg-type]
+        return exact_div(substitute(node.num, terms, memo, free),  # type: ignore[arg-type]
+                         substitute(node.den, terms, memo, free))  # type: ignore[arg-type]
     if isinstance(node, Mod):
-        return mod(substitute(node.num, terms), node.den)  # type: ignore[arg-type]
+        return mod(substitute(node.num, terms, memo, free), node.den)  # type: ignore[arg-type]
     if isinstance(node, Select):
-        cond = substitute(node.cond, terms)
-        then, other = substitute(node.then, terms), substitute(node.other, terms)
+        cond = substitute(node.cond, terms, memo, free)
+        then = substitute(node.then, terms, memo, free)
+        other = substitute(node.other, terms, memo, free)
         if cond in (TRUE, FALSE):
             return then if cond == TRUE else other
         return select(cond, then, other)  # type: ignore[arg-type]
     if isinstance(node, Cmp):
-        return fold(Cmp(substitute(node.lhs, terms), node.op,  # type: ignore[arg-type]
-                        substitute(node.rhs, terms)))  # type: ignore[arg-type]
-    return fold(AnyOf(tuple(substitute(c, terms) for c in node.conds)))  # type: ignore[misc]
+        return fold(Cmp(substitute(node.lhs, terms, memo, free), node.op,  # type: ignore[arg-type]
+                        substitute(node.rhs, terms, memo, free)))  # type: ignore[arg-type]
+    return fold(AnyOf(tuple(substitute(c, terms, memo, free) for c in node.conds)))  # type: ignore[misc]
 
 
 TRUE = Cmp(ZERO, "==", ZERO)  # the canonical forms of a condition known to hold ...

@@ -10,11 +10,19 @@ together.
 A group is legal when (checked on the statement DAG, built with networkx):
 - it is connected and *convex*: no path leaves the group and comes back into it (else no
   order of the kernels respects the dependencies);
-- its statements iterate the same dimensions, so they share every loop;
+- its *core* statements iterate every dimension of the group, and share every loop. The
+  others (*prologue* before the core, *epilogue* after it) iterate some of those
+  dimensions, are element-wise (no reduction, no `+=`), and run once per tile of their
+  target, outside the loops they do not iterate: `C = 0` before `C += A * B` (the
+  accumulator is initialised where it lives), a transpose feeding a matmul, an
+  element-wise chain after one (seed 004);
 - every value produced inside the group and consumed inside it is consumed at the point
-  that produced it (pointwise), and is not a reduction: a value reduced over a dimension
-  is complete only after the whole pass over that dimension, so it cannot be consumed
-  inside that pass (softmax's `m` cannot be fused with `e = exp(x - m)`);
+  that produced it (pointwise), and is not a reduction consumed inside the pass that
+  reduces it: a value reduced over a dimension is complete only after the whole pass
+  over that dimension (softmax's `m` cannot be fused with `e = exp(x - m)`, which
+  iterates the reduced `i` too; an epilogue that does not iterate it runs after the pass,
+  and the cost model keeps the reduction inside one tile of its target, see
+  `cost.completion_constraints`);
 - no statement overwrites a tensor an earlier statement of the group reads.
 """
 
@@ -57,11 +65,9 @@ def illegal_reason(workload: Workload, members: Sequence[int],
     if outside is not None:
         return (f"{workload.statements[outside].name} depends on the group and the group "
                 f"depends on it, so it would have to run in the middle of the fused pass")
-    dims = set(stmts[0].dims)
-    for stmt in stmts[1:]:
-        if set(stmt.dims) != dims:
-            return (f"{stmts[0].name} iterates {_dims(stmts[0].dims)} but {stmt.name} "
-                    f"iterates {_dims(stmt.dims)}: fused statements share every loop")
+    reason = _shape_reason(stmts)
+    if reason is not None:
+        return reason
     for pos, producer in enumerate(stmts):
         for consumer in stmts[pos + 1:]:
             reason = _edge_reason(producer, consumer)
@@ -70,9 +76,34 @@ def illegal_reason(workload: Workload, members: Sequence[int],
     return None
 
 
+def _shape_reason(stmts: Sequence[Statement]) -> str | None:
+    """Why the group has no core iterating all its dimensions with element-wise
+    statements only before and after it, or None."""
+    union = {d for s in stmts for d in s.dims}
+    core = [k for k, s in enumerate(stmts) if set(s.dims) == union]
+    if not core:
+        widest = max(stmts, key=lambda s: len(s.dims))
+        other = next(s for s in stmts if not set(s.dims) <= set(widest.dims))
+        return (f"{widest.name} iterates {_dims(widest.dims)} but {other.name} iterates "
+                f"{_dims(other.dims)}: no statement spans the loops they would share")
+    for k, stmt in enumerate(stmts):
+        if k in core:
+            continue
+        if stmt.op.reduces or stmt.accumulates:
+            return (f"{stmt.name} iterates only {_dims(stmt.dims)} of the fused "
+                    f"{_dims(stmts[core[0]].dims)} and accumulates; only element-wise "
+                    f"statements run outside the shared loops")
+        if core[0] < k < core[-1]:
+            return (f"{stmt.name} iterates only {_dims(stmt.dims)} but sits between "
+                    f"{stmts[core[0]].name} and {stmts[core[-1]].name}, which share all "
+                    f"of {_dims(stmts[core[0]].dims)}")
+    return None
+
+
 def _edge_reason(producer: Statement, consumer: Statement) -> str | None:
     consumes = producer.target in consumer.inputs or producer.target == consumer.target
-    if consumes and producer.reduced:
+    after_pass = not set(producer.reduced) & set(consumer.dims)
+    if consumes and producer.reduced and not after_pass:
         return (f"{consumer.name} consumes {producer.target}, which {producer.name} "
                 f"reduces over {_dims(producer.reduced)}, inside the same pass over "
                 f"{_dims(producer.reduced)}")

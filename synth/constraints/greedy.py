@@ -14,6 +14,9 @@ fusion choice (0/1). Any other decision keeps its smallest candidate.
    `fusion_order` (default: the most statements first, as `default_fusion_order` counts
    them; ties in decision order) and set to 1 when no constraint over fusion decisions
    alone that held breaks (coverage: a statement already covered is not covered twice).
+   When steps 3-4 then find no schedule and the constraint they fail names a fused
+   kernel (a fused fill whose reduction cannot stay in one tile, say), that candidate is
+   left out and everything runs again, as an engineer would unfuse it.
    The kernels' own constraints are the factors' business. Factors of kernels left at 0
    stay at 1.
 2. The order (`variable_order`): the hierarchy's levels innermost first; within a level
@@ -45,6 +48,7 @@ constraint over no decision at all proves the set INFEASIBLE.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -307,13 +311,32 @@ def solve(cs: ConstraintSet, time_limit_s: float, slots: Sequence[Slot],
     `fusion_order`: `fuse.*` names in the order greedy fusion tries them (names that are
     not decisions of `cs` are skipped; candidates left out stay 0)."""
     start = time.perf_counter()
+    fuse = fusion_decisions(cs)
+    order = ([n for n in fusion_order if n in fuse] if fusion_order is not None
+             else default_fusion_order(cs))
+    result = _fill(cs, slots, order, start + time_limit_s)
+    while result.status is Status.TIMEOUT and result.env is None:
+        # the fill failed inside a fused kernel: fuse less (that kernel left out), again
+        failed = [n for n in order if f"kernel {n[len(FUSE):]}:" in
+                  str(result.stats.get("failure", ""))]
+        if not failed or time.perf_counter() > start + time_limit_s:
+            break
+        order = [n for n in order if n not in failed]
+        result = _fill(cs, slots, order, start + time_limit_s)
+    return dataclasses.replace(result, wall_s=time.perf_counter() - start)
+
+
+def _fill(cs: ConstraintSet, slots: Sequence[Slot], order: Sequence[str], deadline: float
+          ) -> SolveResult:
+    """Greedy fusion in `order`, then the repair passes and the fill (steps 1-4)."""
+    start = time.perf_counter()
+    time_limit_s = deadline - start
     decisions = {n: values[0] for n, values in cs.decisions.items()}
-    for name in fusion_decisions(cs):
+    fuse = fusion_decisions(cs)
+    for name in fuse:
         decisions[name] = 0
     state = _State(cs, decisions)
-    fuse = fusion_decisions(cs)
-    greedy_fusion(state, [n for n in fusion_order if n in fuse] if fusion_order is not None
-                  else default_fusion_order(cs))
+    greedy_fusion(state, order)
     unused = {n[len(FUSE):] for n in fuse if state.env[n] == 0}
     steps = _steps(cs, slots, unused)
     repairs, finished = 0, True

@@ -52,6 +52,10 @@ def hierarchy_slots(hw: Hardware) -> tuple[Slot, ...]:
         for mem in hw.memories:
             if mem.level == level.name:
                 slots.append(Slot(SlotKind.TEMPORAL, mem.name, mem.symbol, index))
+    if hw.streams:  # the root memory's loops run inside every level's units
+        root, *rest = slots
+        last_spatial = max(i for i, s in enumerate(rest) if s.kind is SlotKind.SPATIAL)
+        slots = [*rest[:last_spatial + 1], root, *rest[last_spatial + 1:]]
     return tuple(slots)
 
 
@@ -81,6 +85,48 @@ class KernelSpec:
     reduced: tuple[str, ...]  # dims some statement reduces over
     uses: tuple[TensorUse, ...]
 
+    def spans(self, stmt: Statement) -> bool:
+        """Whether `stmt` is a core statement, iterating every loop of the kernel (the
+        others, prologue and epilogue, run once per tile of their target)."""
+        return set(stmt.dims) == set(self.dims)
+
+    @property
+    def core(self) -> tuple[Statement, ...]:
+        return tuple(s for s in self.statements if self.spans(s))
+
+    @property
+    def prologue(self) -> tuple[Statement, ...]:
+        """Element-wise statements before the core: `C = 0` before `C += A * B`."""
+        first = self.statements.index(self.core[0])
+        return self.statements[:first]
+
+    @property
+    def epilogue(self) -> tuple[Statement, ...]:
+        """Element-wise statements after the core: `u = s - Bias` after `s += Q * kt`."""
+        last = self.statements.index(self.core[-1])
+        return self.statements[last + 1:]
+
+    def use(self, tensor: str) -> TensorUse:
+        return next(u for u in self.uses if u.tensor == tensor)
+
+    def completed(self) -> tuple[tuple[Statement, TensorUse], ...]:
+        """Core reductions whose target another statement of the kernel initialises
+        (`C = 0`) or reads (an epilogue): their whole reduction must happen inside one
+        tile of the target in the innermost memory."""
+        return tuple((stmt, self.use(stmt.target)) for stmt in _completed(self))
+
+    def initialised(self, stmt: Statement) -> bool:
+        """Whether core reduction `stmt` starts its target tile from the identity in the
+        innermost memory (it is completed there and nothing assigned it before)."""
+        return (self.spans(stmt) and stmt.op.reduces and not stmt.accumulates
+                and stmt.target in {s.target for s in _completed(self)})
+
+
+def _completed(spec: KernelSpec) -> list[Statement]:
+    around = spec.prologue + spec.epilogue if spec.core else ()
+    return [stmt for stmt in spec.core if stmt.reduced
+            and any(s.target == stmt.target or stmt.target in s.inputs for s in around)]
+
 
 def kernel_for(statements: Sequence[Statement], workload: Workload | None = None
                ) -> KernelSpec:
@@ -94,14 +140,17 @@ def kernel_for(statements: Sequence[Statement], workload: Workload | None = None
             dims.setdefault(dim, stmt.extents[dim])
         reduced.extend(d for d in stmt.reduced if d not in reduced)
     order = [d for d in dims if d not in reduced] + reduced
-    return KernelSpec(
+    spec = KernelSpec(
         name=kernel_name(statements),
         statements=tuple(statements),
         dims=tuple(order),
         extents={d: dims[d] for d in order},
         reduced=tuple(reduced),
-        uses=_tensor_uses(statements, workload),
+        uses=(),
     )
+    completed = {stmt.target for stmt in _completed(spec)}
+    return dataclasses.replace(spec, uses=_tensor_uses(statements, workload, completed))
+
 
 
 def kernel_name(statements: Sequence[Statement]) -> str:
@@ -109,8 +158,10 @@ def kernel_name(statements: Sequence[Statement]) -> str:
     return "_".join(s.name for s in statements)
 
 
-def _tensor_uses(statements: Sequence[Statement], workload: Workload | None
-                 ) -> tuple[TensorUse, ...]:
+def _tensor_uses(statements: Sequence[Statement], workload: Workload | None,
+                 completed: set[str]) -> tuple[TensorUse, ...]:
+    """Each tensor's use. A reduction `completed` inside one tile of its target starts
+    that tile from the identity where it lives, so it reads nothing from outside."""
     uses: dict[str, TensorUse] = {}
     produced: set[str] = set()
     for stmt in statements:
@@ -119,16 +170,17 @@ def _tensor_uses(statements: Sequence[Statement], workload: Workload | None
                 uses[acc.tensor] = TensorUse(acc.tensor, acc.indices, written=False, read=True)
         if stmt.target not in produced:
             # `+=` and reductions read what they add to, unless the group made it
-            read_back = stmt.accumulates or stmt.op.reduces
+            read_back = stmt.accumulates or (stmt.op.reduces
+                                             and stmt.target not in completed)
             uses[stmt.target] = TensorUse(stmt.target, stmt.indices, written=True,
                                           read=read_back)
         produced.add(stmt.target)
     if workload is not None:
         members = [workload.statements.index(s) for s in statements]
         for name, use in uses.items():
-            if (use.written and not use.read and not any(s.reduced for s in statements
-                                                         if s.target == name)
-                    and not needed_outside(workload, members, name)):
+            if (use.written and not use.read and not needed_outside(workload, members, name)
+                    and (name in completed or not any(s.reduced for s in statements
+                                                      if s.target == name))):
                 uses[name] = dataclasses.replace(use, local=True)
     return tuple(uses.values())
 

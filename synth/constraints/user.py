@@ -51,6 +51,10 @@ UNDROPPABLE = {
               "over the others, exactly: ragged tiles are not modelled)",
     "fusion.cover": "it makes every statement run exactly once (to force or forbid a "
                     "fusion, use --fix fuse.KERNEL=1 or =0)",
+    "fusion.complete": "without it a fused fill or epilogue would see a partial "
+                       "reduction (to forbid that fusion, use --fix fuse.KERNEL=0)",
+    "fusion.writes": "without it several units would store the same elements of a fused "
+                     "prologue or epilogue (to forbid that fusion, use --fix fuse.KERNEL=0)",
 }
 COMPARISONS = ("<=", ">=", "==", "<", ">")
 _TOKEN = re.compile(r"\s*(?:(?P<int>\d+)|(?P<name>[A-Za-z_][A-Za-z0-9_.#]*)"

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from synth.constraints import expr as ex
-from synth.constraints.cost import Model, device_combine_memory
+from synth.constraints.cost import Model, device_combine_memory, reduced_into
 from synth.constraints.space import KernelSpec, Slot, SlotKind, TensorUse
 from synth.hardware import Memory
 from synth.ir.nodes import (
@@ -33,7 +33,7 @@ from synth.ir.nodes import (
     Program,
     Store,
 )
-from synth.workload import ReduceOp
+from synth.workload import ReduceOp, Statement
 
 
 def materialize(model: Model, env: Mapping[str, int]) -> Program:
@@ -81,6 +81,10 @@ class KernelBuilder:
                           if ex.evaluate(term, env) == 1}
         self.buffers = {slot: ex.evaluate(term, env)
                         for slot, term in model.buffers.get(spec.name, {}).items()}
+        self.innermost = model.hw.memories[-1].name
+        # targets of core reductions completed in one innermost tile: filled there
+        self.initialised = {s.target: s.op.identity(s.dtype) for s in spec.core
+                            if spec.initialised(s)}
 
     # -- loops -------------------------------------------------------------------
 
@@ -171,8 +175,7 @@ class KernelBuilder:
         return slot not in self.on_device and self._reduces_across(loop, use)
 
     def _reduces_across(self, loop: LoopVar, use: TensorUse) -> bool:
-        return (use.written and loop.kind is LoopKind.PARALLEL
-                and loop.dim in self.spec.reduced and loop.dim not in use.indices)
+        return loop.kind is LoopKind.PARALLEL and loop.dim in reduced_into(self.spec, use)
 
     def _device_combines(self, placed: list[_Placed]) -> list[_Placed]:
         """For each unit level that combines on the device and each tensor it reduces
@@ -217,10 +220,14 @@ class KernelBuilder:
                 nodes.append(Fill(p.decl.name, p.combine.identity(p.decl.dtype)))
             elif p.use.read and not p.use.local:
                 nodes.append(Load(p.decl.name, p.parent))
+            elif p.decl.memory == self.innermost and p.use.tensor in self.initialised:
+                nodes.append(Fill(p.decl.name, self.initialised[p.use.tensor]))
+        nodes.extend(self._around(self.spec.prologue, depth))
         if depth < len(self.loops):
             nodes.append(Loop(self.loops[depth][1], self._level(depth + 1, placed)))
         else:
-            nodes.extend(self._computes())
+            nodes.extend(self._computes(self.spec.core, depth))
+        nodes.extend(self._around(self.spec.epilogue, depth))
         for p in reversed(here):
             if p.combine is not None:
                 nodes.append(Combine(p.parent, p.decl.name, p.combine))
@@ -228,18 +235,23 @@ class KernelBuilder:
                 nodes.append(Store(p.decl.name, p.parent))
         return tuple(nodes)
 
-    def _computes(self) -> list[Node]:
-        innermost = self.model.hw.memories[-1].name
-        depth = len(self.loops)
-        out: list[Node] = []
-        for stmt in self.spec.statements:
-            dims = stmt.dims
-            out.append(Compute(
-                statement=stmt.name, out=f"{stmt.target}_{innermost}",
-                operands={t: f"{t}_{innermost}" for t in stmt.inputs},
-                dims=dims, origin=tuple(self.origin(d, depth) for d in dims),
-                tile=tuple(self.tile(d, len(self.slots) - 1) for d in dims)))
-        return out
+    def _computes(self, statements: tuple[Statement, ...], depth: int) -> list[Node]:
+        """Each statement over one compute tile (the innermost memory's), at `depth`."""
+        return [Compute(
+            statement=stmt.name, out=f"{stmt.target}_{self.innermost}",
+            operands={t: f"{t}_{self.innermost}" for t in stmt.inputs},
+            dims=stmt.dims, origin=tuple(self.origin(d, depth) for d in stmt.dims),
+            tile=tuple(self.tile(d, len(self.slots) - 1) for d in stmt.dims))
+            for stmt in statements]
+
+    def _around(self, statements: tuple[Statement, ...], depth: int) -> list[Node]:
+        """The prologue or epilogue statements that run at `depth`: where their target's
+        tile in the innermost memory is allocated, outside the loops they do not
+        iterate (the rule `cost.compute_cost` counts their runs with)."""
+        innermost_slot = len(self.slots) - 1
+        at_depth = tuple(s for s in statements if self._copy_depth(
+            innermost_slot, self.spec.use(s.target)) == depth)
+        return self._computes(at_depth, depth)
 
     def _prologue(self) -> tuple[Node, ...]:
         """Fresh targets start from the identity; split reductions get partial buffers."""
