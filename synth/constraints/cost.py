@@ -557,10 +557,11 @@ def single_writer_constraints(kt: KernelTerms) -> list[NamedConstraint]:
     out = []
     innermost = len(kt.slots) - 1
     spatial = [i for i, s in enumerate(kt.slots) if s.kind is SlotKind.SPATIAL]
+    completed = {stmt.target for stmt, _ in kt.kernel.completed()}  # fusion.complete's
     for stmt in kt.kernel.prologue + kt.kernel.epilogue:
         use = kt.kernel.use(stmt.target)
         others = [d for d in kt.kernel.dims if d not in stmt.dims]
-        if use.local or not others:
+        if use.local or not others or stmt.target in completed:
             continue
         counted, optional = transfer_loops(kt, use, innermost)
         around = ex.mul(*optional, *(kt.dim_product(d, counted[d]) for d in others),

@@ -197,23 +197,30 @@ def solve(cset: ConstraintSet, time_limit_s: float = 30.0, workers: int = 1) -> 
     took over 30 s on attention/upmem where the covers take about a second. One worker
     and a fixed seed make the result deterministic."""
     solved: dict[object, SolveResult] = {}  # parts that recur across fusion covers
-    return solve_by_covers(cset, time_limit_s, "cpsat", lambda cover, limit: solve_by_parts(
-        cover, limit, "cpsat", lambda part, left: _solve_part(part, left, workers), solved))
+    return solve_by_covers(cset, time_limit_s, "cpsat", lambda cover, limit, cutoff: (
+        solve_by_parts(cover, limit, "cpsat",
+                       lambda part, left, most: _solve_part(part, left, workers, most),
+                       solved, cutoff)))
 
 
-def _solve_part(cset: ConstraintSet, time_limit_s: float, workers: int) -> SolveResult:
+def _solve_part(cset: ConstraintSet, time_limit_s: float, workers: int,
+                cutoff: int | None = None) -> SolveResult:
+    """The optimum of one part; with `cutoff`, INFEASIBLE when none is at most that."""
     if all(len(values) == 1 for values in cset.decisions.values()):
         # nothing to decide (constants, or a fusion cover's fixed decisions): evaluate
         env = {name: values[0] for name, values in cset.decisions.items()}
-        if cset.violated(env):
+        value = ex.evaluate(cset.objective, env) if not cset.violated(env) else None
+        if value is None or (cutoff is not None and value > cutoff):
             return SolveResult("cpsat", Status.INFEASIBLE, 0.0)
-        value = ex.evaluate(cset.objective, env)
         return SolveResult("cpsat", Status.OPTIMAL, 0.0, env, value, value)
     start = time.perf_counter()
     lowering = Lowering(cset)
     for constraint in cset.constraints:
         lowering.require(constraint.cond)
-    lowering.model.minimize(lowering.linear(cset.objective))
+    objective = lowering.linear(cset.objective)
+    if cutoff is not None:  # another fusion cover already does better than this
+        lowering.model.add(objective <= cutoff)
+    lowering.model.minimize(objective)
     solver = new_solver(time_limit_s, workers)
     code = solver.solve(lowering.model)
     return _result(solver, code, lowering, time.perf_counter() - start)

@@ -108,13 +108,21 @@ def inline_definitions(cset: ConstraintSet) -> ConstraintSet:
 
 
 def solve_by_parts(cset: ConstraintSet, time_limit_s: float, solver: str,
-                   solve_part: Callable[[ConstraintSet, float], SolveResult],
-                   cache: dict[object, SolveResult] | None = None) -> SolveResult:
+                   solve_part: Callable[[ConstraintSet, float, int | None], SolveResult],
+                   cache: dict[object, SolveResult] | None = None,
+                   cutoff: int | None = None) -> SolveResult:
     """Minimise `cset` one independent part at a time and add the results up: the
     objective and bound are sums, the status the weakest, integer stats are summed.
-    Each part gets what is left of the time limit (at least 10 ms)."""
+    Each part gets what is left of the time limit (at least 10 ms).
+
+    With `cutoff`, only a total of at most `cutoff` is of interest (another fusion cover
+    already does better): each part is asked for at most what the parts solved so far
+    leave (costs are never negative), solved ones and small ones first, and a part that
+    cannot meet that makes the whole INFEASIBLE (pruned, proven: not better)."""
     start = time.perf_counter()
     parts = components(cset)
+    if cache is not None:
+        parts.sort(key=lambda p: (part_key(p) not in cache, len(p.decisions)))
     decisions: dict[str, int] = {}
     objective = bound = 0
     proven = True
@@ -122,12 +130,19 @@ def solve_by_parts(cset: ConstraintSet, time_limit_s: float, solver: str,
     for part in parts:
         remaining = max(0.01, time_limit_s - (time.perf_counter() - start))
         problem = part_key(part)
+        left = None if cutoff is None else cutoff - objective
         if cache is not None and problem in cache:
             result = cache[problem]  # the same part in another fusion cover: solved already
         else:
-            result = solve_part(part, remaining)
+            result = solve_part(part, remaining, left)
+            if result.status is Status.INFEASIBLE and left is not None:
+                return SolveResult(solver, Status.INFEASIBLE, time.perf_counter() - start,
+                                   stats={**stats, "pruned": 1})  # maybe only not better
             if cache is not None and result.status is not Status.TIMEOUT:
                 cache[problem] = result
+        if left is not None and result.objective is not None and result.objective > left:
+            return SolveResult(solver, Status.INFEASIBLE, time.perf_counter() - start,
+                               stats={**stats, "pruned": 1})
         for key, value in result.stats.items():
             if isinstance(value, int) and isinstance(stats.get(key, 0), int):
                 stats[key] = int(stats.get(key, 0)) + value
@@ -201,21 +216,27 @@ def _exact_covers(cset: ConstraintSet, names: list[str]) -> list[tuple[int, ...]
 
 
 def solve_by_covers(cset: ConstraintSet, time_limit_s: float, solver: str,
-                    solve_fixed: Callable[[ConstraintSet, float], SolveResult]) -> SolveResult:
+                    solve_fixed: Callable[[ConstraintSet, float, int | None], SolveResult]
+                    ) -> SolveResult:
     """Minimise `cset` once per fusion cover (`fusion_covers`) and keep the best: a case
     split on the 0/1 fusion decisions for backends that search the tiling of each cover
-    better alone. Optimal when every cover was solved to optimality or proven infeasible;
-    the bound is the least of the covers' bounds."""
+    better alone. Covers with fewer kernels (more fusion) go first, and each later one is
+    asked only for a total below the best so far (`solve_fixed`'s cutoff; INFEASIBLE then
+    means "not better"). Optimal when every cover was solved to optimality or proven
+    infeasible (or not better); the bound is the least of the feasible covers' bounds."""
     start = time.perf_counter()
     covers = fusion_covers(cset)
     if len(covers) == 1 and covers[0] is cset:
-        return solve_fixed(cset, time_limit_s)
+        return solve_fixed(cset, time_limit_s, None)
+    covers.sort(key=lambda c: sum(v == (1,) for n, v in c.decisions.items()
+                                  if is_fusion_decision(n)))
     best: SolveResult | None = None
     best_cover = cset
     proven, bound, stats = True, None, {"covers": len(covers)}
     for cover in covers:
         remaining = max(0.01, time_limit_s - (time.perf_counter() - start))
-        result = solve_fixed(cover, remaining)
+        cutoff = None if best is None or best.objective is None else best.objective - 1
+        result = solve_fixed(cover, remaining, cutoff)
         proven = proven and result.status in (Status.OPTIMAL, Status.INFEASIBLE)
         if result.status is not Status.INFEASIBLE:
             low = result.bound if result.bound is not None else 0

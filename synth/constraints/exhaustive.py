@@ -52,8 +52,8 @@ def solve(cset: ConstraintSet, time_limit_s: float = 60.0, max_points: int = MAX
     solved: dict[object, tuple[Status, tuple[int, dict[str, int]] | None, int]] = {}
     if joint:
         return _solve_parts(cset, [cset], time_limit_s, time.perf_counter(), solved)
-    return solve_by_covers(cset, time_limit_s, "exhaustive", lambda fixed, limit: _solve_parts(
-        fixed, components(fixed), limit, time.perf_counter(), solved))
+    return solve_by_covers(cset, time_limit_s, "exhaustive", lambda fixed, limit, _cutoff: (
+        _solve_parts(fixed, components(fixed), limit, time.perf_counter(), solved)))
 
 
 def _solve_parts(cset: ConstraintSet, parts: Sequence[ConstraintSet], time_limit_s: float,

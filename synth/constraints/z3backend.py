@@ -369,8 +369,9 @@ def solve(cset: ConstraintSet, time_limit_s: float = 30.0) -> SolveResult:
     z3.set_param("smt.random_seed", SEED)
     z3.set_param("sat.random_seed", SEED)
     solved: dict[object, SolveResult] = {}  # parts that recur across fusion covers
-    return solve_by_covers(cset, time_limit_s, "z3", lambda fixed, limit: solve_by_parts(
-        fixed, limit, "z3", _solve_part, solved))
+    return solve_by_covers(cset, time_limit_s, "z3", lambda fixed, limit, _cutoff: (
+        solve_by_parts(fixed, limit, "z3", lambda part, left, _most: _solve_part(part, left),
+                       solved)))
 
 
 def _solve_part(cset: ConstraintSet, time_limit_s: float) -> SolveResult:
