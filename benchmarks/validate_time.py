@@ -24,7 +24,6 @@ import os
 import platform
 import shlex
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Sequence
@@ -37,6 +36,9 @@ import numpy
 from synth import pipeline
 from synth.ir import interpret as interpreter
 from synth.lang import list_builtin_workloads
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from solve_time import git_revision  # noqa: E402  (the sibling benchmark script)
 
 TARGET_S = 10.0  # issue 2: validation of each built-in at its default size
 
@@ -116,19 +118,6 @@ def machine() -> list[str]:
         info.append("load average at start: "
                     + " ".join(f"{x:.2f}" for x in os.getloadavg()))
     return info + [f"git: {git_revision()}"]
-
-
-def git_revision() -> str:
-    root = Path(__file__).resolve().parent.parent
-    try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root,
-                              capture_output=True, text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
-                               cwd=root, capture_output=True, text=True,
-                               check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-    return head + (" (with uncommitted changes)" if dirty else "")
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
