@@ -15,7 +15,7 @@ from typing import Any
 from ortools.sat.python import cp_model
 
 from synth.constraints import expr as ex
-from synth.constraints.decompose import solve_by_covers, solve_by_parts
+from synth.constraints.decompose import PartCache, solve_by_covers, solve_by_parts
 from synth.constraints.result import SolveResult, Status
 from synth.constraints.space import ConstraintSet
 
@@ -33,7 +33,9 @@ Linear = cp_model.LinearExprT
 class Lowering:
     """One CP-SAT model for one ConstraintSet."""
 
-    def __init__(self, cset: ConstraintSet) -> None:
+    def __init__(self, cset: ConstraintSet, bounds_memo: ex.BoundsMemo | None = None) -> None:
+        """`bounds_memo` may be shared by lowerings whose variables have the same domains
+        (the parts of one problem's fusion covers)."""
         self.cset = cset
         self.model = cp_model.CpModel()
         self.vars: dict[str, cp_model.IntVar] = {}
@@ -42,6 +44,9 @@ class Lowering:
         terms = cset.objective.terms if isinstance(cset.objective, ex.Sum) else (1,)
         self.max_value = OBJECTIVE_RANGE // (len(terms) + 8)
         self._bools: dict[ex.Cond, cp_model.IntVar] = {}
+        # bounds of shared subterms, computed once: `self.bounds` only grows, and a term
+        # only mentions variables declared before it
+        self._bounds_memo: ex.BoundsMemo = {} if bounds_memo is None else bounds_memo
         self._declare_decisions()
         self._declare_definitions()
 
@@ -55,7 +60,7 @@ class Lowering:
 
     def _declare_definitions(self) -> None:
         for name, term in self.cset.definitions.items():
-            lo, hi = ex.bounds(term, self.bounds, self.cset.groups)
+            lo, hi = ex.bounds(term, self.bounds, self.cset.groups, self._bounds_memo)
             lo, hi = min(lo, self.max_value), min(hi, self.max_value)
             var = self.model.new_int_var(lo, hi, name)
             self.model.add(var == self.linear(term))
@@ -63,7 +68,7 @@ class Lowering:
             self.bounds[name] = (lo, hi)
 
     def _new_aux(self, term: ex.Int, cap: int) -> cp_model.IntVar:
-        lo, hi = ex.bounds(term, self.bounds, self.cset.groups)
+        lo, hi = ex.bounds(term, self.bounds, self.cset.groups, self._bounds_memo)
         return self.model.new_int_var(min(lo, cap), min(hi, cap), "")
 
     # -- integer terms ----------------------------------------------------------
@@ -187,8 +192,10 @@ def _split_coefficient(term: ex.Prod) -> tuple[int, list[ex.Int]]:
 # ---------------------------------------------------------------- solving
 
 
-def solve(cset: ConstraintSet, time_limit_s: float = 30.0, workers: int = 1) -> SolveResult:
-    """Minimise the objective of `cset`: status, solution and proven bound.
+def solve(cset: ConstraintSet, time_limit_s: float = 30.0, workers: int = 1,
+          cutoff: int | None = None) -> SolveResult:
+    """Minimise the objective of `cset`: status, solution and proven bound; with
+    `cutoff`, INFEASIBLE when no schedule costs at most that.
 
     Each fusion cover is solved on its own and the best kept, and within a cover the
     independent parts one by one (see `decompose`); a part that recurs across covers (a
@@ -196,16 +203,19 @@ def solve(cset: ConstraintSet, time_limit_s: float = 30.0, workers: int = 1) -> 
     to search fusion and tiling together, and with prologue and epilogue candidates that
     took over 30 s on attention/upmem where the covers take about a second. One worker
     and a fixed seed make the result deterministic."""
-    solved: dict[object, SolveResult] = {}  # parts that recur across fusion covers
-    return solve_by_covers(cset, time_limit_s, "cpsat", lambda cover, limit, cutoff: (
+    solved = PartCache()  # parts that recur across fusion covers
+    return solve_by_covers(cset, time_limit_s, "cpsat", lambda cover, limit, most: (
         solve_by_parts(cover, limit, "cpsat",
-                       lambda part, left, most: _solve_part(part, left, workers, most),
-                       solved, cutoff)))
+                       lambda part, left, share: _solve_part(part, left, workers, share,
+                                                             solved.bounds),
+                       solved, most)), cutoff)
 
 
 def _solve_part(cset: ConstraintSet, time_limit_s: float, workers: int,
-                cutoff: int | None = None) -> SolveResult:
-    """The optimum of one part; with `cutoff`, INFEASIBLE when none is at most that."""
+                cutoff: int | None = None, bounds_memo: ex.BoundsMemo | None = None
+                ) -> SolveResult:
+    """The optimum of one part; with `cutoff`, INFEASIBLE when none is at most that.
+    `bounds_memo` is shared by the parts of one problem (see `Lowering`)."""
     if all(len(values) == 1 for values in cset.decisions.values()):
         # nothing to decide (constants, or a fusion cover's fixed decisions): evaluate
         env = {name: values[0] for name, values in cset.decisions.items()}
@@ -214,7 +224,7 @@ def _solve_part(cset: ConstraintSet, time_limit_s: float, workers: int,
             return SolveResult("cpsat", Status.INFEASIBLE, 0.0)
         return SolveResult("cpsat", Status.OPTIMAL, 0.0, env, value, value)
     start = time.perf_counter()
-    lowering = Lowering(cset)
+    lowering = Lowering(cset, bounds_memo)
     for constraint in cset.constraints:
         lowering.require(constraint.cond)
     objective = lowering.linear(cset.objective)
@@ -241,6 +251,12 @@ def new_solver(time_limit_s: float, workers: int) -> cp_model.CpSolver:
     # or not, is INFEASIBLE with it and OPTIMAL without presolve or with this at 0, and
     # each cover alone (--fix fuse.C#1_C#2=0 or =1) is OPTIMAL either way.
     solver.parameters.presolve_inclusion_work_limit = 0
+    # Clause inprocessing (vivification, subsumption between restarts) does not pay on
+    # these small models: the proofs that a fusion cover is not better are search-bound,
+    # and without it they take about half the branches (measured on the 24 built-in x
+    # hardware cases: gemm2k/aie 2.14 -> 1.90 s, no case over 1 s becomes slower than
+    # 1 s; benchmarks/RESULTS.md).
+    solver.parameters.use_sat_inprocessing = False
     return solver
 
 

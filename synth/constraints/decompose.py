@@ -19,10 +19,13 @@ from synth.constraints.space import ConstraintSet, NamedConstraint, is_fusion_de
 COVER = "fusion.cover"  # the group of the constraints that each statement runs once
 
 
-def components(cset: ConstraintSet) -> list[ConstraintSet]:
+def components(cset: ConstraintSet,
+               memo: dict[int, tuple[object, frozenset[str]]] | None = None
+               ) -> list[ConstraintSet]:
     """Independent parts of `cset` whose optima add up to the optimum of the whole.
 
-    Definitions are inlined, so each part mentions decisions only."""
+    Definitions are inlined, so each part mentions decisions only. `memo` (of
+    `expr.variable_set`) may be shared by calls on sets with common terms."""
     cset = inline_definitions(cset)
     depends = _decision_dependencies(cset)
     parent = {name: name for name in cset.decisions}
@@ -38,11 +41,14 @@ def components(cset: ConstraintSet) -> list[ConstraintSet]:
         for other in roots[1:]:
             parent[other] = roots[0]
 
-    memo: dict[int, tuple[object, frozenset[str]]] = {}
+    memo = {} if memo is None else memo
 
-    def decisions_of(node: ex.Int | ex.Cond) -> set[str]:
+    def decisions_of(node: ex.Int | ex.Cond) -> frozenset[str] | set[str]:
+        found = ex.variable_set(node, memo)
+        if not depends:
+            return found
         out: set[str] = set()
-        for name in ex.variable_set(node, memo):
+        for name in found:
             out |= depends.get(name, {name})
         return out
 
@@ -107,42 +113,83 @@ def inline_definitions(cset: ConstraintSet) -> ConstraintSet:
     return ConstraintSet(cset.decisions, {}, constraints, objective, groups=cset.groups)  # type: ignore[arg-type]
 
 
+@dataclasses.dataclass
+class PartCache:
+    """What is known of the parts that recur across fusion covers (a kernel that is in
+    several): optima found, and for parts a cutoff pruned, a value their optimum is known
+    to exceed. Both give a lower bound of the part's optimum without solving it again."""
+
+    solved: dict[object, SolveResult] = dataclasses.field(default_factory=dict)
+    above: dict[object, int] = dataclasses.field(default_factory=dict)
+    # `expr.variable_set` of the covers' terms, which share most of their subterms
+    variables: dict[int, tuple[object, frozenset[str]]] = dataclasses.field(
+        default_factory=dict)
+    # `expr.bounds` of the covers' terms: their variables keep the problem's domains
+    bounds: ex.BoundsMemo = dataclasses.field(default_factory=dict)
+
+    def least(self, key: object) -> int | None:
+        """A lower bound of the optimum of part `key` (None: the part is infeasible)."""
+        if key in self.solved:
+            result = self.solved[key]
+            if result.status is Status.INFEASIBLE:
+                return None
+            return result.bound if result.bound is not None else 0
+        return self.above[key] + 1 if key in self.above else 0
+
+    def exceeds(self, key: object, value: int) -> None:
+        """Record that the optimum of part `key` is more than `value`."""
+        self.above[key] = max(value, self.above.get(key, value))
+
+
 def solve_by_parts(cset: ConstraintSet, time_limit_s: float, solver: str,
                    solve_part: Callable[[ConstraintSet, float, int | None], SolveResult],
-                   cache: dict[object, SolveResult] | None = None,
+                   cache: PartCache | None = None,
                    cutoff: int | None = None) -> SolveResult:
     """Minimise `cset` one independent part at a time and add the results up: the
     objective and bound are sums, the status the weakest, integer stats are summed.
     Each part gets what is left of the time limit (at least 10 ms).
 
     With `cutoff`, only a total of at most `cutoff` is of interest (another fusion cover
-    already does better): each part is asked for at most what the parts solved so far
-    leave (costs are never negative), solved ones and small ones first, and a part that
-    cannot meet that makes the whole INFEASIBLE (pruned, proven: not better)."""
+    already does better). Costs are never negative, so each part is asked for at most
+    what the cutoff leaves after the parts solved so far and the lower bounds the cache
+    knows of the others; solved parts and small ones go first. A part that cannot meet
+    its share makes the whole INFEASIBLE (pruned, proven: not better)."""
     start = time.perf_counter()
-    parts = components(cset)
-    if cache is not None:
-        parts.sort(key=lambda p: (part_key(p) not in cache, len(p.decisions)))
+    cache = PartCache() if cache is None else cache
+    parts = components(cset, cache.variables)
+    keys = {id(part): part_key(part) for part in parts}
+    parts.sort(key=lambda p: (keys[id(p)] not in cache.solved, len(p.decisions)))
+    least = {id(part): cache.least(keys[id(part)]) for part in parts}
     decisions: dict[str, int] = {}
     objective = bound = 0
     proven = True
     stats: dict[str, int | float | str] = {"components": len(parts)}
+
+    def pruned() -> SolveResult:
+        return SolveResult(solver, Status.INFEASIBLE, time.perf_counter() - start,
+                           stats={**stats, "pruned": 1})  # maybe only not better
+
+    if any(low is None for low in least.values()):
+        return SolveResult(solver, Status.INFEASIBLE, time.perf_counter() - start, stats=stats)
+    rest = sum(low or 0 for low in least.values())  # lower bound of the parts not yet done
     for part in parts:
         remaining = max(0.01, time_limit_s - (time.perf_counter() - start))
-        problem = part_key(part)
-        left = None if cutoff is None else cutoff - objective
-        if cache is not None and problem in cache:
-            result = cache[problem]  # the same part in another fusion cover: solved already
+        problem = keys[id(part)]
+        rest -= least[id(part)] or 0
+        left = None if cutoff is None else cutoff - objective - rest
+        if left is not None and left < (least[id(part)] or 0):
+            return pruned()
+        if problem in cache.solved:
+            result = cache.solved[problem]  # the same part in another fusion cover
         else:
             result = solve_part(part, remaining, left)
             if result.status is Status.INFEASIBLE and left is not None:
-                return SolveResult(solver, Status.INFEASIBLE, time.perf_counter() - start,
-                                   stats={**stats, "pruned": 1})  # maybe only not better
-            if cache is not None and result.status is not Status.TIMEOUT:
-                cache[problem] = result
+                cache.exceeds(problem, left)
+                return pruned()
+            if result.status is not Status.TIMEOUT:
+                cache.solved[problem] = result
         if left is not None and result.objective is not None and result.objective > left:
-            return SolveResult(solver, Status.INFEASIBLE, time.perf_counter() - start,
-                               stats={**stats, "pruned": 1})
+            return pruned()
         for key, value in result.stats.items():
             if isinstance(value, int) and isinstance(stats.get(key, 0), int):
                 stats[key] = int(stats.get(key, 0)) + value
@@ -171,25 +218,59 @@ def fusion_covers(cset: ConstraintSet) -> list[ConstraintSet]:
     if not names:
         return [cset]
     flat = inline_definitions(cset)
+    rewrite = _FusionRewriter(frozenset(names))
+    terms = flat.objective.terms if isinstance(flat.objective, ex.Sum) else (flat.objective,)
     covers = []
-    free: dict[int, tuple[object, frozenset[str]]] = {}  # shared by the covers' rewrites
     for values in _exact_covers(cset, names):
-        chosen: dict[str, ex.Int] = {n: ex.const(v) for n, v in zip(names, values, strict=True)}
-        memo: dict[int, tuple[object, ex.Int | ex.Cond]] = {}
-        constraints = tuple(
-            dataclasses.replace(c, cond=ex.substitute(c.cond, chosen, memo, free))  # type: ignore[arg-type]
-            for c in flat.constraints)
+        chosen = dict(zip(names, values, strict=True))
+        constraints = tuple(rewrite.constraint(c, chosen) for c in flat.constraints)
         if any(c.cond == ex.FALSE for c in constraints):
             continue
         constraints = tuple(c for c in constraints if c.cond != ex.TRUE)
-        objective = ex.substitute(flat.objective, chosen, memo, free)
-        mentioned = {v for c in constraints for v in ex.variable_set(c.cond, free)}
-        mentioned |= ex.variable_set(objective, free)
+        objective = ex.add(*(rewrite.term(t, chosen) for t in terms))
+        mentioned = {v for c in constraints for v in ex.variable_set(c.cond, rewrite.free)}
+        mentioned |= ex.variable_set(objective, rewrite.free)
         decisions = {n: d for n, d in cset.decisions.items() if n in mentioned}
-        decisions |= {n: (v,) for n, v in zip(names, values, strict=True)}
-        covers.append(ConstraintSet(decisions, {}, constraints, objective,  # type: ignore[arg-type]
+        decisions |= {n: (v,) for n, v in chosen.items()}
+        covers.append(ConstraintSet(decisions, {}, constraints, objective,
                                     groups=cset.groups))
     return covers
+
+
+class _FusionRewriter:
+    """Substitutes fusion decisions into constraints and cost terms, each rewrite done
+    once per values of the decisions the term mentions: most terms belong to one kernel
+    and mention only its decision, so of the covers' many rewrites of a term, two
+    differ. The covers then also share the rewritten terms themselves (and the work
+    later done on them by identity, such as `expr.variable_set` and `expr.bounds`)."""
+
+    def __init__(self, names: frozenset[str]) -> None:
+        self.names = names
+        self.free: dict[int, tuple[object, frozenset[str]]] = {}  # expr.variable_set memo
+        Key = tuple[int, tuple[tuple[str, int], ...]]  # node, values of its fusion decisions
+        self._terms: dict[Key, ex.Int] = {}
+        self._constraints: dict[Key, NamedConstraint] = {}
+
+    def _key(self, node: ex.Int | ex.Cond, chosen: dict[str, int]
+             ) -> tuple[int, tuple[tuple[str, int], ...]]:
+        mentioned = sorted(ex.variable_set(node, self.free) & self.names)
+        return id(node), tuple((n, chosen[n]) for n in mentioned)
+
+    def term(self, term: ex.Int, chosen: dict[str, int]) -> ex.Int:
+        key = self._key(term, chosen)
+        if key not in self._terms:
+            values = {n: ex.const(v) for n, v in key[1]}
+            self._terms[key] = ex.substitute(term, values, {}, self.free)  # type: ignore[assignment]
+        return self._terms[key]
+
+    def constraint(self, constraint: NamedConstraint, chosen: dict[str, int]
+                   ) -> NamedConstraint:
+        key = self._key(constraint.cond, chosen)
+        if key not in self._constraints:
+            values = {n: ex.const(v) for n, v in key[1]}
+            cond = ex.substitute(constraint.cond, values, {}, self.free)
+            self._constraints[key] = dataclasses.replace(constraint, cond=cond)  # type: ignore[arg-type]
+        return self._constraints[key]
 
 
 def _exact_covers(cset: ConstraintSet, names: list[str]) -> list[tuple[int, ...]]:
@@ -216,18 +297,20 @@ def _exact_covers(cset: ConstraintSet, names: list[str]) -> list[tuple[int, ...]
 
 
 def solve_by_covers(cset: ConstraintSet, time_limit_s: float, solver: str,
-                    solve_fixed: Callable[[ConstraintSet, float, int | None], SolveResult]
-                    ) -> SolveResult:
+                    solve_fixed: Callable[[ConstraintSet, float, int | None], SolveResult],
+                    cutoff: int | None = None) -> SolveResult:
     """Minimise `cset` once per fusion cover (`fusion_covers`) and keep the best: a case
     split on the 0/1 fusion decisions for backends that search the tiling of each cover
     better alone. Covers with fewer kernels (more fusion) go first, and each later one is
     asked only for a total below the best so far (`solve_fixed`'s cutoff; INFEASIBLE then
     means "not better"). Optimal when every cover was solved to optimality or proven
-    infeasible (or not better); the bound is the least of the feasible covers' bounds."""
+    infeasible (or not better); the bound is the least of the feasible covers' bounds.
+    With `cutoff`, only totals of at most `cutoff` are of interest from the start
+    (INFEASIBLE: there is none)."""
     start = time.perf_counter()
     covers = fusion_covers(cset)
     if len(covers) == 1 and covers[0] is cset:
-        return solve_fixed(cset, time_limit_s, None)
+        return solve_fixed(cset, time_limit_s, cutoff)
     covers.sort(key=lambda c: sum(v == (1,) for n, v in c.decisions.items()
                                   if is_fusion_decision(n)))
     best: SolveResult | None = None
@@ -235,7 +318,8 @@ def solve_by_covers(cset: ConstraintSet, time_limit_s: float, solver: str,
     proven, bound, stats = True, None, {"covers": len(covers)}
     for cover in covers:
         remaining = max(0.01, time_limit_s - (time.perf_counter() - start))
-        cutoff = None if best is None or best.objective is None else best.objective - 1
+        if best is not None and best.objective is not None:
+            cutoff = best.objective - 1
         result = solve_fixed(cover, remaining, cutoff)
         proven = proven and result.status in (Status.OPTIMAL, Status.INFEASIBLE)
         if result.status is not Status.INFEASIBLE:

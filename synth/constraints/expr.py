@@ -15,6 +15,33 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from typing import Any, TypeVar
+
+_Node = TypeVar("_Node")
+
+
+def _hash_once(cls: type[_Node]) -> type[_Node]:
+    """Make a frozen dataclass compute its hash once. Terms are deep trees used as dict
+    keys (shared lowering, caches of parts across fusion covers), and the generated hash
+    walks the whole tree on every lookup. The cached hash is not pickled: string hashes
+    differ between processes."""
+    compute = cls.__hash__
+
+    def __hash__(self: Any) -> int:
+        try:
+            return self._hash
+        except AttributeError:
+            value = compute(self)
+            object.__setattr__(self, "_hash", value)
+            return value
+
+    def __getstate__(self: Any) -> dict[str, object]:
+        return {k: v for k, v in self.__dict__.items() if k != "_hash"}
+
+    cls.__hash__ = __hash__  # type: ignore[method-assign]
+    cls.__getstate__ = __getstate__  # type: ignore[method-assign]
+    return cls
+
 
 # ---------------------------------------------------------------- integer terms
 
@@ -29,21 +56,25 @@ class Var:
     name: str
 
 
+@_hash_once
 @dataclass(frozen=True)
 class Sum:
     terms: tuple[Int, ...]
 
 
+@_hash_once
 @dataclass(frozen=True)
 class Prod:
     factors: tuple[Int, ...]
 
 
+@_hash_once
 @dataclass(frozen=True)
 class Max:
     args: tuple[Int, ...]
 
 
+@_hash_once
 @dataclass(frozen=True)
 class CeilDiv:
     """ceil(num / den) for num >= 0 and den >= 1."""
@@ -52,6 +83,7 @@ class CeilDiv:
     den: Int
 
 
+@_hash_once
 @dataclass(frozen=True)
 class ExactDiv:
     """num / den where den divides num (a constraint elsewhere ensures it)."""
@@ -60,6 +92,7 @@ class ExactDiv:
     den: Int
 
 
+@_hash_once
 @dataclass(frozen=True)
 class Mod:
     """num mod den, for num >= 0 and a constant den >= 1."""
@@ -68,6 +101,7 @@ class Mod:
     den: int
 
 
+@_hash_once
 @dataclass(frozen=True)
 class Select:
     """`then` when `cond` holds, else `other`."""
@@ -82,6 +116,7 @@ Int = Const | Var | Sum | Prod | Max | CeilDiv | ExactDiv | Mod | Select
 # ---------------------------------------------------------------- conditions
 
 
+@_hash_once
 @dataclass(frozen=True)
 class Cmp:
     """lhs OP rhs, OP one of <=, ==, >=, <, >."""
@@ -91,6 +126,7 @@ class Cmp:
     rhs: Int
 
 
+@_hash_once
 @dataclass(frozen=True)
 class AnyOf:
     conds: tuple[Cond, ...]
@@ -390,42 +426,62 @@ class Group:
     ext: Int | None = None  # the padded extent: the product of all the factors
 
 
+BoundsMemo = dict["Int", tuple[int, int]]
+
+
 def bounds(term: Int, domains: Mapping[str, tuple[int, int]],
-           groups: Mapping[Int, Group] | None = None) -> tuple[int, int]:
+           groups: Mapping[Int, Group] | None = None,
+           memo: BoundsMemo | None = None) -> tuple[int, int]:
     """Interval bounds of a term whose variables are all non-negative.
 
     `groups` (factor term -> its dimension's group) tightens products: without it, a
     product of many factors gets bounds far beyond 64-bit integers above and useless (1)
-    below, and a solver cannot prove anything with those.
+    below, and a solver cannot prove anything with those. `memo` (kept by a caller
+    whose `domains` and `groups` do not change) bounds a subterm that many terms share,
+    or that is built again equal (products are lowered pairwise), once.
     """
-    groups = groups or {}
+    if memo is None:
+        return _bounds(term, domains, groups or {}, {})
+    return _bounds(term, domains, groups or {}, memo)
+
+
+def _bounds(term: Int, domains: Mapping[str, tuple[int, int]], groups: Mapping[Int, Group],
+            memo: BoundsMemo) -> tuple[int, int]:
+    found = memo.get(term)
+    if found is None:
+        found = memo[term] = _bounds_of(term, domains, groups, memo)
+    return found
+
+
+def _bounds_of(term: Int, domains: Mapping[str, tuple[int, int]], groups: Mapping[Int, Group],
+               memo: BoundsMemo) -> tuple[int, int]:
     if isinstance(term, Const):
         return term.value, term.value
     if isinstance(term, Var):
         return domains[term.name]
     if isinstance(term, Sum):
-        parts = [bounds(t, domains, groups) for t in term.terms]
+        parts = [_bounds(t, domains, groups, memo) for t in term.terms]
         return sum(p[0] for p in parts), sum(p[1] for p in parts)
     if isinstance(term, Prod):
-        return _product_bounds(term, domains, groups)
+        return _product_bounds(term, domains, groups, memo)
     if isinstance(term, Max):
-        parts = [bounds(a, domains, groups) for a in term.args]
+        parts = [_bounds(a, domains, groups, memo) for a in term.args]
         return max(p[0] for p in parts), max(p[1] for p in parts)
     if isinstance(term, Mod):
         return 0, term.den - 1
     if isinstance(term, CeilDiv | ExactDiv):
-        (nlo, nhi) = bounds(term.num, domains, groups)
-        (dlo, dhi) = bounds(term.den, domains, groups)
+        (nlo, nhi) = _bounds(term.num, domains, groups, memo)
+        (dlo, dhi) = _bounds(term.den, domains, groups, memo)
         return -(-nlo // max(dhi, 1)), nhi // max(dlo, 1) if isinstance(term, ExactDiv) \
             else -(-nhi // max(dlo, 1))
-    (tlo, thi) = bounds(term.then, domains, groups)
-    (olo, ohi) = bounds(term.other, domains, groups)
+    (tlo, thi) = _bounds(term.then, domains, groups, memo)
+    (olo, ohi) = _bounds(term.other, domains, groups, memo)
     return min(tlo, olo), max(thi, ohi)
 
 
 def _product_bounds(term: Prod, domains: Mapping[str, tuple[int, int]],
-                    groups: Mapping[Int, Group]) -> tuple[int, int]:
-    parts = [bounds(f, domains, groups) for f in term.factors]
+                    groups: Mapping[Int, Group], memo: BoundsMemo) -> tuple[int, int]:
+    parts = [_bounds(f, domains, groups, memo) for f in term.factors]
     if any(lo < 0 for lo, _ in parts):
         corners = [math.prod(c) for c in _corners(parts)]
         return min(corners), max(corners)

@@ -52,7 +52,7 @@ from collections.abc import Callable, Sequence
 import z3
 
 from synth.constraints import expr as ex
-from synth.constraints.decompose import solve_by_covers, solve_by_parts
+from synth.constraints.decompose import PartCache, solve_by_covers, solve_by_parts
 from synth.constraints.result import SolveResult, Status
 from synth.constraints.space import ConstraintSet
 
@@ -368,17 +368,20 @@ def solve(cset: ConstraintSet, time_limit_s: float = 30.0) -> SolveResult:
     Independent parts are solved one by one (see `decompose`)."""
     z3.set_param("smt.random_seed", SEED)
     z3.set_param("sat.random_seed", SEED)
-    solved: dict[object, SolveResult] = {}  # parts that recur across fusion covers
-    return solve_by_covers(cset, time_limit_s, "z3", lambda fixed, limit, _cutoff: (
-        solve_by_parts(fixed, limit, "z3", lambda part, left, _most: _solve_part(part, left),
-                       solved)))
+    solved = PartCache()  # parts that recur across fusion covers
+    return solve_by_covers(cset, time_limit_s, "z3", lambda fixed, limit, cutoff: (
+        solve_by_parts(fixed, limit, "z3",
+                       lambda part, left, most: _solve_part(part, left, most),
+                       solved, cutoff)))
 
 
-def _solve_part(cset: ConstraintSet, time_limit_s: float) -> SolveResult:
+def _solve_part(cset: ConstraintSet, time_limit_s: float, cutoff: int | None = None
+                ) -> SolveResult:
+    """The optimum of one part; with `cutoff`, INFEASIBLE when none is at most that."""
     start = time.perf_counter()
     if not cset.decisions:  # nothing to decide: every constraint is about constants
         value = ex.evaluate(cset.objective, {})
-        if cset.violated({}):
+        if cset.violated({}) or (cutoff is not None and value > cutoff):
             return SolveResult("z3", Status.INFEASIBLE, 0.0)
         return SolveResult("z3", Status.OPTIMAL, 0.0, {}, value, value)
     lowering = Lowering(cset)
@@ -398,6 +401,8 @@ def _solve_part(cset: ConstraintSet, time_limit_s: float) -> SolveResult:
     stats: dict[str, int | float | str] = {
         "booleans": lowering.count, "clauses": lowering.clauses, "checks": 0}
     obj = z3.Int("obj", ctx)
+    if cutoff is not None:  # another fusion cover already does better than this
+        solver.add(obj <= cutoff)
     literals = {name: [(z3.Bool(lit, ctx) if lit != TRUE else z3.BoolVal(True, ctx), v)
                        for lit, v in hot] for name, hot in lowering.decisions.items()}
 
