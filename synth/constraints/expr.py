@@ -211,8 +211,8 @@ def maximum(*args: Int | int) -> Int:
 
 def ceil_div(num: Int | int, den: Int | int) -> Int:
     num, den = as_int(num), as_int(den)
-    if isinstance(den, Const) and den.value == 1:
-        return num
+    if isinstance(den, Const) and _divisible(num, den.value):
+        return _divide(num, den.value)  # e.g. ceil(4*x / 4) = x: no division to model
     if isinstance(num, Const) and isinstance(den, Const):
         return Const(-(-num.value // den.value))
     return CeilDiv(num, den)
@@ -220,8 +220,8 @@ def ceil_div(num: Int | int, den: Int | int) -> Int:
 
 def exact_div(num: Int | int, den: Int | int) -> Int:
     num, den = as_int(num), as_int(den)
-    if isinstance(den, Const) and den.value == 1:
-        return num
+    if isinstance(den, Const) and _divisible(num, den.value):
+        return _divide(num, den.value)
     if isinstance(num, Const) and isinstance(den, Const):
         return Const(num.value // den.value)
     return ExactDiv(num, den)
@@ -229,11 +229,39 @@ def exact_div(num: Int | int, den: Int | int) -> Int:
 
 def mod(num: Int | int, den: int) -> Int:
     num = as_int(num)
-    if den == 1:
-        return ZERO
+    if _divisible(num, den):
+        return ZERO  # e.g. 4*x mod 4: 4-byte elements are always 4-byte aligned
     if isinstance(num, Const):
         return Const(num.value % den)
     return Mod(num, den)
+
+
+def _divisible(term: Int, den: int) -> bool:
+    """Whether `term` is a multiple of `den` for every integer value of its variables
+    (seen from its coefficients: a constant, or a product or sum of such multiples)."""
+    if den == 1:
+        return True
+    if isinstance(term, Const):
+        return den != 0 and term.value % den == 0
+    if isinstance(term, Prod):
+        return any(isinstance(f, Const) and _divisible(f, den) for f in term.factors)
+    if isinstance(term, Sum):
+        return all(_divisible(t, den) for t in term.terms)
+    return False
+
+
+def _divide(term: Int, den: int) -> Int:
+    """`term / den` for a `term` that `_divisible` says `den` divides."""
+    if den == 1:
+        return term
+    if isinstance(term, Const):
+        return Const(term.value // den)
+    if isinstance(term, Prod):
+        i = next(i for i, f in enumerate(term.factors)
+                 if isinstance(f, Const) and _divisible(f, den))
+        return mul(_divide(term.factors[i], den), *term.factors[:i], *term.factors[i + 1:])
+    assert isinstance(term, Sum)
+    return add(*(_divide(t, den) for t in term.terms))
 
 
 def round_up_waste(num: Int, multiple: int) -> Int:
@@ -401,6 +429,8 @@ def fold(cond: Cond) -> Cond:
     if isinstance(cond, Cmp):
         if isinstance(cond.lhs, Const) and isinstance(cond.rhs, Const):
             return TRUE if holds(cond, {}) else FALSE
+        if cond.lhs == cond.rhs:  # the same term on both sides
+            return TRUE if cond.op in ("==", "<=", ">=") else FALSE
         return cond
     conds = [fold(c) for c in cond.conds]
     if TRUE in conds:
