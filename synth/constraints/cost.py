@@ -536,11 +536,7 @@ def completion_constraints(kt: KernelTerms) -> list[NamedConstraint]:
     would read a partial sum), and no unit holds a share of one (partials)."""
     out = []
     innermost = len(kt.slots) - 1
-    spatial = [i for i, s in enumerate(kt.slots) if s.kind is SlotKind.SPATIAL]
     for stmt, use in kt.kernel.completed():
-        counted, optional = transfer_loops(kt, use, innermost)
-        around = ex.mul(*optional, *(kt.dim_product(d, counted[d]) for d in stmt.reduced),
-                        *(kt.f(d, i) for d in stmt.reduced for i in spatial))
         users = ", ".join(s.name for s in kt.kernel.prologue + kt.kernel.epilogue
                           if s.target == stmt.target or stmt.target in s.inputs)
         out.append(NamedConstraint(
@@ -548,7 +544,7 @@ def completion_constraints(kt: KernelTerms) -> list[NamedConstraint]:
             f"kernel {kt.kernel.name}: {stmt.name} reduces over "
             f"{', '.join(stmt.reduced)} inside one {kt.slots[innermost].name} tile of "
             f"{stmt.target} ({users} needs it whole)",
-            ex.Cmp(around, "==", ex.ONE)))
+            ex.Cmp(loops_around_tile(kt, use, stmt.reduced), "==", ex.ONE)))
     return out
 
 
@@ -558,23 +554,29 @@ def single_writer_constraints(kt: KernelTerms) -> list[NamedConstraint]:
     tile, neither across units (they would all store the same elements) nor in time (it
     would store them again each step)."""
     out = []
-    innermost = len(kt.slots) - 1
-    spatial = [i for i, s in enumerate(kt.slots) if s.kind is SlotKind.SPATIAL]
     completed = {stmt.target for stmt, _ in kt.kernel.completed()}  # fusion.complete's
     for stmt in kt.kernel.prologue + kt.kernel.epilogue:
         use = kt.kernel.use(stmt.target)
         others = [d for d in kt.kernel.dims if d not in stmt.dims]
         if use.local or not others or stmt.target in completed:
             continue
-        counted, optional = transfer_loops(kt, use, innermost)
-        around = ex.mul(*optional, *(kt.dim_product(d, counted[d]) for d in others),
-                        *(kt.f(d, i) for d in others for i in spatial))
         out.append(NamedConstraint(
             "fusion.writes",
             f"kernel {kt.kernel.name}: {stmt.name} writes each element of {stmt.target} once "
             f"(no loop over {', '.join(others)}, which it does not iterate, around it)",
-            ex.Cmp(around, "==", ex.ONE)))
+            ex.Cmp(loops_around_tile(kt, use, others), "==", ex.ONE)))
     return out
+
+
+def loops_around_tile(kt: KernelTerms, use: TensorUse, dims: Sequence[str]) -> ex.Int:
+    """Iterations of the loops over `dims` around `use`'s tile in the innermost memory,
+    temporal (as `transfer_loops` counts them) and spatial (units sharing the tile): 1
+    when the tile sees the whole of those dimensions at once, in one unit."""
+    innermost = len(kt.slots) - 1
+    spatial = [i for i, s in enumerate(kt.slots) if s.kind is SlotKind.SPATIAL]
+    counted, optional = transfer_loops(kt, use, innermost)
+    return ex.mul(*optional, *(kt.dim_product(d, counted[d]) for d in dims),
+                  *(kt.f(d, i) for d in dims for i in spatial))
 
 
 def unit_counts(terms: Sequence[KernelTerms], hw: Hardware, chosen: Mapping[str, ex.Int]

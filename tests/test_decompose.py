@@ -1,0 +1,126 @@
+"""Solving by fusion covers and parts: the shortcuts (shared rewrites, cached parts,
+lower bounds of pruned parts, cutoffs) must give the same answers as doing it the long
+way, and must actually skip the work they claim to skip."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from conftest import Case, build
+from hypothesis import given
+from hypothesis import strategies as st
+
+from synth.constraints import cpsat, decompose
+from synth.constraints import expr as ex
+from synth.constraints.result import SolveResult, Status
+from synth.constraints.space import ConstraintSet, NamedConstraint
+
+FA6 = Case.of("fa6", "upmem", {"S": 16, "D": 8})
+
+
+def naive_covers(cset: ConstraintSet) -> list[tuple[tuple[ex.Cond, ...], ex.Int]]:
+    """Each cover's constraints and objective, substituted term by term from scratch."""
+    names = [n for n in cset.decisions if n.startswith("fuse.")]
+    flat = decompose.inline_definitions(cset)
+    out = []
+    for values in decompose._exact_covers(cset, names):
+        chosen = {n: ex.const(v) for n, v in zip(names, values, strict=True)}
+        conds = tuple(ex.substitute(c.cond, chosen) for c in flat.constraints)
+        if ex.FALSE in conds:
+            continue
+        out.append((tuple(c for c in conds if c != ex.TRUE),
+                    ex.substitute(flat.objective, chosen)))
+    return out  # type: ignore[return-value]
+
+
+def test_shared_rewrites_give_the_covers_a_fresh_substitution_gives() -> None:
+    cset = build(FA6).model.constraints
+    covers = decompose.fusion_covers(cset)
+    expected = naive_covers(cset)
+    assert len(covers) == len(expected) > 1
+    for cover, (conds, objective) in zip(covers, expected, strict=True):
+        assert tuple(c.cond for c in cover.constraints) == conds
+        assert cover.objective == objective
+
+
+def test_a_part_pruned_once_is_pruned_again_for_any_smaller_cutoff_without_solving() -> None:
+    x = ex.Var("x")
+    part = ConstraintSet({"x": (1, 2, 3, 4)}, {},
+                         (NamedConstraint("g", "x at least 3", ex.Cmp(x, ">=", ex.const(3))),),
+                         ex.mul(10, x))
+    calls: list[int | None] = []
+
+    def solve_part(cset: ConstraintSet, limit: float, cutoff: int | None) -> SolveResult:
+        calls.append(cutoff)
+        return cpsat._solve_part(cset, limit, 1, cutoff)
+
+    cache = decompose.PartCache()
+    first = decompose.solve_by_parts(part, 5.0, "cpsat", solve_part, cache, cutoff=25)
+    assert first.status is Status.INFEASIBLE and calls == [25]  # optimum 30 > 25
+    again = decompose.solve_by_parts(part, 5.0, "cpsat", solve_part, cache, cutoff=20)
+    assert again.status is Status.INFEASIBLE and calls == [25]  # known: > 25 >= 20
+    solved = decompose.solve_by_parts(part, 5.0, "cpsat", solve_part, cache, cutoff=40)
+    assert solved.status is Status.OPTIMAL and solved.objective == 30 and calls == [25, 40]
+    decompose.solve_by_parts(part, 5.0, "cpsat", solve_part, cache)
+    assert calls == [25, 40]  # solved once, then taken from the cache
+
+
+def test_a_part_gets_what_the_cutoff_leaves_after_the_others_lower_bounds() -> None:
+    x, y = ex.Var("x"), ex.Var("y")
+    two = ConstraintSet({"x": (1, 2), "y": (1, 2, 3)}, {}, (), ex.add(ex.mul(7, x), ex.mul(5, y)))
+    cache = decompose.PartCache()
+    seen: dict[str, int | None] = {}
+
+    def solve_part(cset: ConstraintSet, limit: float, cutoff: int | None) -> SolveResult:
+        [name] = cset.decisions
+        seen[name] = cutoff
+        return cpsat._solve_part(cset, limit, 1, cutoff)
+
+    result = decompose.solve_by_parts(two, 5.0, "cpsat", solve_part, cache, cutoff=100)
+    assert result.objective == 12
+    # the first part solved knows nothing of the other (lower bound 0): all 100 is its
+    # share; the second gets what the first left
+    first = min(seen, key=lambda n: seen[n] or 0)
+    assert sorted(seen.values()) == [100 - (7 if first == "y" else 5), 100]
+
+
+def test_cpsat_cutoff_on_a_whole_problem() -> None:
+    cset = build(FA6).model.constraints
+    best = cpsat.solve(cset)
+    assert best.status is Status.OPTIMAL and best.objective is not None
+    at = cpsat.solve(cset, cutoff=best.objective)  # the optimum itself is allowed
+    assert at.status is Status.OPTIMAL and (at.objective, at.env) == (best.objective, best.env)
+    assert cpsat.solve(cset, cutoff=best.objective - 1).status is Status.INFEASIBLE
+
+
+values = st.integers(min_value=-50, max_value=50)
+
+
+@given(c=st.integers(1, 12), d=st.integers(1, 6), x=values, y=values)
+def test_simplified_divisions_equal_the_arithmetic(c: int, d: int, x: int, y: int) -> None:
+    term = ex.add(ex.mul(c * d, ex.Var("x")), ex.mul(d, ex.Var("y")))
+    env = {"x": x, "y": y}
+    value = c * d * x + d * y
+    assert ex.evaluate(ex.ceil_div(term, d), env) == -(-value // d)
+    assert ex.evaluate(ex.exact_div(term, d), env) == value // d
+    assert ex.evaluate(ex.mod(term, d), env) == value % d
+    # a multiple of d needs no division node at all
+    assert not isinstance(ex.ceil_div(term, d), ex.CeilDiv)
+    assert ex.mod(term, d) == ex.ZERO
+
+
+def test_only_exact_multiples_are_divided_out() -> None:
+    x = ex.Var("x")
+    assert ex.ceil_div(ex.mul(4, x), 4) == x
+    assert ex.ceil_div(ex.mul(12, x), 4) == ex.mul(3, x)
+    assert isinstance(ex.ceil_div(ex.mul(6, x), 4), ex.CeilDiv)  # 6x/4 is not whole
+    assert isinstance(ex.mod(ex.add(ex.mul(4, x), 1), 4), ex.Mod)
+    assert ex.fold(ex.Cmp(ex.mul(4, x), "==", ex.mul(4, x))) == ex.TRUE
+    assert ex.fold(ex.Cmp(x, "<", x)) == ex.FALSE
+
+
+def test_a_term_hashes_once_and_survives_a_copy() -> None:
+    term = ex.add(ex.Var("x"), ex.mul(3, ex.Var("y")))
+    assert hash(term) == hash(dataclasses.replace(term)) == hash(term)
+    copied = dataclasses.replace(term)
+    assert copied == term and "_hash" not in copied.__getstate__()
