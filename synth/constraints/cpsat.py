@@ -8,8 +8,11 @@ directions so the boolean means exactly the condition.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import math
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from ortools.sat.python import cp_model
@@ -204,11 +207,27 @@ def solve(cset: ConstraintSet, time_limit_s: float = 30.0, workers: int = 1,
     took over 30 s on attention/upmem where the covers take about a second. One worker
     and a fixed seed make the result deterministic."""
     solved = PartCache()  # parts that recur across fusion covers
-    return solve_by_covers(cset, time_limit_s, "cpsat", lambda cover, limit, most: (
-        solve_by_parts(cover, limit, "cpsat",
-                       lambda part, left, share: _solve_part(part, left, workers, share,
-                                                             solved.bounds),
-                       solved, most)), cutoff)
+    with _without_cycle_collection():
+        return solve_by_covers(cset, time_limit_s, "cpsat", lambda cover, limit, most: (
+            solve_by_parts(cover, limit, "cpsat",
+                           lambda part, left, share: _solve_part(part, left, workers, share,
+                                                                 solved.bounds),
+                           solved, most)), cutoff)
+
+
+@contextlib.contextmanager
+def _without_cycle_collection() -> Iterator[None]:
+    """Pause Python's cycle collector while solving: lowering allocates hundreds of
+    thousands of small acyclic objects (terms, tuples), which reference counting frees,
+    and the collector's passes over the caller's heap were 9% of fa6/upmem's solve time
+    inside the benchmark. Whatever cycles arise are collected when it resumes."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def _solve_part(cset: ConstraintSet, time_limit_s: float, workers: int,
