@@ -59,6 +59,14 @@ DEFAULT_HARDWARE = ("upmem", "cpu")
 
 # Targets of the issue.
 SOLVE_TARGET_S = 1.0  # median CP-SAT wall time per built-in at its default sizes
+# ... except where an issue set another: issue 5, "matmul and gemm2k on aie solved to
+# OPTIMAL in under 2 s" (3-level tilings of one 2048^3 contraction on 16 cores)
+SOLVE_TARGETS_S = {("matmul", "aie"): 2.0, ("gemm2k", "aie"): 2.0}
+
+
+def solve_target_s(workload: str, hw: str) -> float:
+    return SOLVE_TARGETS_S.get((workload, hw), SOLVE_TARGET_S)
+
 VALIDATE_TARGET_S = 10.0  # validation of each built-in at its default sizes
 
 # Part 2: per workload, candidate sizes, the wanted ones first (see `pick_rung`).
@@ -477,8 +485,10 @@ def targets(timing: Sequence[TimingCase], exh: Sequence[ExhaustiveCase],
         check("every built-in solves to OPTIMAL (all repeats)", timing,
               lambda c: c.optimal,
               lambda c: who(c) + ("" if c.error or not c.runs else f": {fmt_status(c)}")),
-        check(f"median solve time (to OPTIMAL) under {SOLVE_TARGET_S:g} s", timing,
-              lambda c: c.optimal and c.median_s is not None and c.median_s < SOLVE_TARGET_S,
+        check(f"median solve time (to OPTIMAL) under {SOLVE_TARGET_S:g} s "
+              f"(matmul, gemm2k on aie: 2 s)", timing,
+              lambda c: c.optimal and c.median_s is not None
+              and c.median_s < solve_target_s(c.workload, c.hardware),
               lambda c: f"{who(c)}: {fmt_s(c.median_s)}"
                         + ("" if c.optimal or c.error else f", {fmt_status(c)}")),
         check(f"validation at default size under {VALIDATE_TARGET_S:g} s", timing,
