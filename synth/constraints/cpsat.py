@@ -196,9 +196,11 @@ def _split_coefficient(term: ex.Prod) -> tuple[int, list[ex.Int]]:
 
 
 def solve(cset: ConstraintSet, time_limit_s: float = 30.0, workers: int = 1,
-          cutoff: int | None = None) -> SolveResult:
+          cutoff: int | None = None, cache: PartCache | None = None) -> SolveResult:
     """Minimise the objective of `cset`: status, solution and proven bound; with
-    `cutoff`, INFEASIBLE when no schedule costs at most that.
+    `cutoff`, INFEASIBLE when no schedule costs at most that. `cache` may be shared by
+    solves of sets with the same decisions (e.g. the same model less some constraints):
+    the parts they have in common are solved once.
 
     Each fusion cover is solved on its own and the best kept, and within a cover the
     independent parts one by one (see `decompose`); a part that recurs across covers (a
@@ -206,7 +208,7 @@ def solve(cset: ConstraintSet, time_limit_s: float = 30.0, workers: int = 1,
     to search fusion and tiling together, and with prologue and epilogue candidates that
     took over 30 s on attention/upmem where the covers take about a second. One worker
     and a fixed seed make the result deterministic."""
-    solved = PartCache()  # parts that recur across fusion covers
+    solved = PartCache() if cache is None else cache  # parts that recur across covers
     with _without_cycle_collection():
         return solve_by_covers(cset, time_limit_s, "cpsat", lambda cover, limit, most: (
             solve_by_parts(cover, limit, "cpsat",

@@ -31,6 +31,7 @@ from ortools.sat.python import cp_model
 
 from synth.constraints import cpsat
 from synth.constraints import expr as ex
+from synth.constraints.decompose import PartCache
 from synth.constraints.result import Status
 from synth.constraints.space import ConstraintSet
 from synth.constraints.user import UNDROPPABLE, group_names
@@ -310,6 +311,7 @@ def binding(cset: ConstraintSet, env: Mapping[str, int], objective: int,
     """Every group of `cset` at the solution `env` (of value `objective`), re-solved
     without each droppable group when `resolve` (meaningful when `env` is optimal)."""
     out = []
+    parts = PartCache()  # a part without the dropped group's constraints recurs
     for info in group_infos(cset):
         is_tight = tight(cset, info.group, env)
         if not droppable(info.group) or not resolve:
@@ -320,7 +322,7 @@ def binding(cset: ConstraintSet, env: Mapping[str, int], objective: int,
         # Dropping constraints never makes the optimum worse, so only a better schedule
         # is of interest: asked for one, the solver proves "none" much faster than it
         # re-finds the optimum (INFEASIBLE here means the objective without is the same).
-        result = cpsat.solve(without, time_limit_s, cutoff=objective - 1)
+        result = cpsat.solve(without, time_limit_s, cutoff=objective - 1, cache=parts)
         value, status = result.objective, result.status
         verdict: bool | None = None
         if value is not None and value < objective:
