@@ -521,6 +521,10 @@ def solve(
         "--json", help="Print one JSON report object to stdout and nothing else.")] = False,
     no_validate: Annotated[bool, typer.Option(
         "--no-validate", help="Skip running the loop nest against NumPy.")] = False,
+    no_binding: Annotated[bool, typer.Option(
+        "--no-binding",
+        help="Skip finding the binding constraint groups (one re-solve per group; most "
+             "of the run time on large workloads).")] = False,
     constraint: Annotated[list[str] | None, typer.Option(
         "--constraint", metavar="EXPR",
         help='Add a constraint over variables and hardware parameters, e.g. "T >= 11" or '
@@ -553,8 +557,8 @@ def solve(
         request = Request(workload, hw, fixed, tuple(hw_set or []),
                           check_solver(solver), check_time_limit(time_limit),
                           validate=not no_validate, constraints=tuple(constraint or []),
-                          fixes=tuple(fix or []), drops=tuple(drop or []), binding=True,
-                          ranges=ranges, emit=emit, out_dir=out)
+                          fixes=tuple(fix or []), drops=tuple(drop or []),
+                          binding=not no_binding, ranges=ranges, emit=emit, out_dir=out)
         if show_constraints:
             return show_constraints_of(request, as_json)
         check_emit(request)  # before solving: a typo should not cost a solve

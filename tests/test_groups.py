@@ -281,6 +281,18 @@ def test_binding_groups_in_json_and_human_output() -> None:
     assert "yes:" in result.stdout
 
 
+def test_no_binding_skips_the_re_solves_and_says_so() -> None:
+    args = ["solve", "softmax", "--hw", "upmem", "--set", "N=4096", "--constraint", "T <= 4",
+            "--no-binding", "--no-validate"]
+    result = invoke(*args, "--json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["binding"] is None and "binding" not in data["timings"]
+    assert all(g["binding"] is None and g["tight"] is None for g in data["constraint_groups"])
+    assert data["status"] == "optimal"  # the schedule itself is unaffected
+    assert "Constraint groups at the optimum" not in invoke(*args).stdout
+
+
 def test_small_wram_makes_capacity_binding() -> None:
     """With room for small tiles only, the WRAM capacity shapes the optimum."""
     outcome = pipeline.run(request(hw_overrides=("wram.capacity=2112",), binding=True))
