@@ -27,7 +27,6 @@ def components(cset: ConstraintSet,
     Definitions are inlined, so each part mentions decisions only. `memo` (of
     `expr.variable_set`) may be shared by calls on sets with common terms."""
     cset = inline_definitions(cset)
-    depends = _decision_dependencies(cset)
     parent = {name: name for name in cset.decisions}
 
     def find(name: str) -> str:
@@ -43,14 +42,8 @@ def components(cset: ConstraintSet,
 
     memo = {} if memo is None else memo
 
-    def decisions_of(node: ex.Int | ex.Cond) -> frozenset[str] | set[str]:
-        found = ex.variable_set(node, memo)
-        if not depends:
-            return found
-        out: set[str] = set()
-        for name in found:
-            out |= depends.get(name, {name})
-        return out
+    def decisions_of(node: ex.Int | ex.Cond) -> frozenset[str]:
+        return ex.variable_set(node, memo)  # definitions are inlined: decisions only
 
     for constraint in cset.constraints:
         union(decisions_of(constraint.cond))
@@ -85,17 +78,6 @@ def components(cset: ConstraintSet,
 def part_key(part: ConstraintSet) -> object:
     """What identifies a part's problem (the same in every fusion cover that has it)."""
     return (tuple(sorted(part.decisions.items())), part.constraints, part.objective)
-
-
-def _decision_dependencies(cset: ConstraintSet) -> dict[str, set[str]]:
-    """For each defined variable, the decisions it is computed from."""
-    depends: dict[str, set[str]] = {}
-    for name, term in cset.definitions.items():
-        found: set[str] = set()
-        for var in ex.variables(term):
-            found |= depends.get(var, {var})
-        depends[name] = found
-    return depends
 
 
 def inline_definitions(cset: ConstraintSet) -> ConstraintSet:

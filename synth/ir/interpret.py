@@ -797,13 +797,18 @@ def run_alloc(m: Machine, node: Alloc) -> None:
 
 @handles(Load)
 def run_load(m: Machine, node: Load) -> None:
-    # a promoted tile moves once for all iterations of the loops that share it
-    shared = m.buffers[node.dst].shared
+    _once_per_share(m, node.dst, lambda: load(m, node))
+
+
+def _once_per_share(m: Machine, buffer: str, move: Callable[[], None]) -> None:
+    """Run `move` of `buffer`'s tile: a promoted tile moves once for all iterations of
+    the loops that share it."""
+    shared = m.buffers[buffer].shared
     if not shared:
-        load(m, node)
+        move()
         return
     with m.collapsed(shared):
-        load(m, node)
+        move()
 
 
 def load(m: Machine, node: Load) -> None:
@@ -847,12 +852,7 @@ def _materialise(state: BufferState) -> None:
 
 @handles(Store)
 def run_store(m: Machine, node: Store) -> None:
-    shared = m.buffers[node.src].shared
-    if not shared:
-        store(m, node)
-        return
-    with m.collapsed(shared):
-        store(m, node)
+    _once_per_share(m, node.src, lambda: store(m, node))
 
 
 def store(m: Machine, node: Store) -> None:
