@@ -12,11 +12,12 @@ Exit codes are part of the interface and decided in one place (`outcome_exit_cod
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import sys
 import tomllib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any
@@ -37,6 +38,7 @@ from synth.errors import InputError, SynthError
 from synth.hwfile import list_builtin_hardware, load_hardware
 from synth.ir.printer import print_program
 from synth.lang import SizeRange, list_builtin_workloads, load_workload
+from synth.limits import MAX_SIZE, MAX_TIME_LIMIT_S, check_int, is_int, parse_int, to_int
 from synth.pipeline import EMITTERS, SOLVERS, Emitted, Outcome, Request, check_emit, run
 
 EXIT_OK = 0
@@ -69,14 +71,14 @@ def parse_size_setting(text: str) -> tuple[str, int]:
     name, value = name.strip(), value.strip()
     if not sep or not _SIZE_NAME.match(name):
         raise InputError(f"--set {text}: expected NAME=INT, e.g. --set N=4096")
-    if not value.isdigit() or int(value) <= 0:
-        raise InputError(f"--set {text}: size '{name}' must be a positive integer, "
-                         f"got {value!r}")
-    return name, int(value)
+    if not is_int(value) or to_int(value) <= 0:
+        raise InputError(f"--set {text}: size '{name}' must be a positive integer (digits "
+                         f"0-9), got {value!r}")
+    return name, parse_int(value, f"--set {name}", 1, MAX_SIZE)
 
 
 _RANGE = re.compile(r"^(?P<lo>[^.:]*)\.\.(?P<hi>[^.:]*)(?::(?P<step>.*))?$")
-_INT = re.compile(r"^-?\d+$")
+_INT = re.compile(r"^-?[0-9]+$")
 RANGE_EXAMPLE = "N=1024..65536:1024"
 
 
@@ -95,8 +97,8 @@ def parse_size_option(text: str) -> tuple[str, int | SizeRange]:
     if not parts or any(p is not None and not _INT.match(p.strip()) for p in parts):
         raise InputError(f"--set {text}: expected a range LO..HI or LO..HI:STEP of "
                          f"integers, e.g. --set {RANGE_EXAMPLE}")
-    lo, hi = int(parts[0].strip()), int(parts[1].strip())
-    step = int(parts[2].strip()) if parts[2] is not None else 1
+    lo, hi = to_int(parts[0]), to_int(parts[1])
+    step = to_int(parts[2]) if parts[2] is not None else 1
     for what, bound in (("LO", lo), ("HI", hi)):
         if bound <= 0:
             raise InputError(f"--set {text}: size '{name}' must be positive, got {what} "
@@ -105,7 +107,8 @@ def parse_size_option(text: str) -> tuple[str, int | SizeRange]:
         raise InputError(f"--set {text}: STEP must be a positive integer, got {step}")
     if lo > hi:
         raise InputError(f"--set {text}: empty range, LO {lo} > HI {hi}")
-    return name, SizeRange(lo, hi, step)
+    check_int(hi, f"--set {name} (HI)", 1, MAX_SIZE)
+    return name, SizeRange(lo, hi, check_int(step, f"--set {name} (STEP)", 1, MAX_SIZE))
 
 
 def parse_size_options(texts: Sequence[str]) -> tuple[dict[str, int], dict[str, SizeRange]]:
@@ -150,8 +153,9 @@ def check_solver(solver: str) -> str:
 
 
 def check_time_limit(seconds: float) -> float:
-    if not seconds > 0:  # also rejects NaN
-        raise InputError(f"--time-limit {seconds}: expected a positive number of seconds")
+    if not 0 < seconds <= MAX_TIME_LIMIT_S:  # also rejects NaN and infinity
+        raise InputError(f"--time-limit {seconds}: expected a positive number of seconds, "
+                         f"at most {MAX_TIME_LIMIT_S:.0f}")
     return seconds
 
 
@@ -364,8 +368,20 @@ def validation_line(outcome: Outcome) -> str:
     failing = [name for name, o in v.per_output.items() if not o.get("passed", True)]
     where = f" (outputs {', '.join(failing)})" if failing else ""
     return (f"validation against NumPy: {verdict}{where}, max abs err "
-            f"{format_error(v.max_abs_err)}, max rel err {format_error(v.max_rel_err)} "
-            f"({format_seconds(v.wall_s)})")
+            f"{format_error(v.max_abs_err)}, max rel err {format_error(v.max_rel_err)}"
+            f"{bound_note(v.per_output)} ({format_seconds(v.wall_s)})")
+
+
+def bound_note(per_output: Mapping[str, Mapping[str, Any]]) -> str:
+    """How much of the float32 error bound the outputs used (`synth.errorbound`), and how
+    many elements could not be checked (an infinite bound)."""
+    used = [o["tolerance_used"] for o in per_output.values()
+            if 0 < o.get("tolerance_used", 0) < math.inf]
+    unchecked = sum(o.get("unchecked", 0) for o in per_output.values())
+    note = f", {max(used):.0%} of the error bound" if used else ""
+    if unchecked:
+        note += f", {unchecked} elements unchecked (their error bound is infinite)"
+    return note
 
 
 def no_schedule_message(outcome: Outcome, time_limit_s: float) -> str | None:

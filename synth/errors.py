@@ -21,6 +21,10 @@ class InputError(SynthError):
     exit_code = 2
 
 
+EXCERPT_WIDTH = 100
+"""The most characters of a source line an error shows (a terminal's width, about)."""
+
+
 @dataclass(frozen=True)
 class SourceLocation:
     """Where in a text file something is: 1-based line and column."""
@@ -31,8 +35,19 @@ class SourceLocation:
     text: str  # the whole source line, for the caret display
 
     def render(self) -> str:
-        caret = " " * (self.col - 1) + "^"
-        return f"{self.path}:{self.line}:{self.col}\n  {self.text}\n  {caret}"
+        return f"{self.path}:{self.line}:{self.col}\n{self.excerpt()}"
+
+    def excerpt(self) -> str:
+        """The line and a caret under the column; a long line is cut to `EXCERPT_WIDTH`
+        characters around the column, marked with `...`."""
+        text, col = self.text, self.col
+        if len(text) > EXCERPT_WIDTH:
+            start = max(0, min(col - 1 - EXCERPT_WIDTH // 2, len(text) - EXCERPT_WIDTH))
+            shown = text[start:start + EXCERPT_WIDTH]
+            prefix = "..." if start > 0 else ""
+            suffix = "..." if start + EXCERPT_WIDTH < len(text) else ""
+            text, col = prefix + shown + suffix, col - start + len(prefix)
+        return f"  {text}\n  {' ' * (col - 1)}^"
 
 
 class LocatedError(InputError):
@@ -42,8 +57,7 @@ class LocatedError(InputError):
         self.message = message
         self.location = location
         loc = location
-        caret = " " * (loc.col - 1) + "^"
-        super().__init__(f"{loc.path}:{loc.line}:{loc.col}: {message}\n  {loc.text}\n  {caret}")
+        super().__init__(f"{loc.path}:{loc.line}:{loc.col}: {message}\n{loc.excerpt()}")
 
 
 class InfeasibleError(SynthError):

@@ -17,8 +17,8 @@ so a user can find the line to fix without reading this module.
 
 from __future__ import annotations
 
+import copy
 import difflib
-import math
 import os
 import re
 import tomllib
@@ -31,6 +31,7 @@ from typing import Any, TypeVar
 
 from synth.errors import InputError
 from synth.hardware import OP_CLASSES, Compute, Hardware, Intrinsic, Level, Memory, TransferRules
+from synth.limits import MAX_QUANTITY, MAX_SIZE, to_int
 from synth.workload import DType
 
 # Where Linux describes the caches of the first CPU; read by `detect_cache_size`. A module
@@ -56,9 +57,22 @@ _TIME_UNITS_PS: dict[str, int] = {"ps": 1, "ns": 10**3, "us": 10**6, "µs": 10**
 _CYCLE_UNITS = ("cycle", "cycles")
 _PS_PER_S = 10**12
 
-# A non-negative decimal number followed by an optional unit.
-_QUANTITY = re.compile(r"^\s*(\d+(?:\.\d+)?(?:[eE][+-]?\d+)?)\s*([A-Za-zµ]*)\s*$")
-_COUNT_RANGE = re.compile(r"^\s*(\d+)\s*\.\.\s*(\d+|auto)\s*$")
+# A non-negative decimal number followed by an optional unit; digits are 0-9 only (see
+# synth.limits); longer digit strings than these are past any range anyway, and Fraction
+# would otherwise build numbers of millions of digits (1e999999).
+_QUANTITY = re.compile(r"^\s*(\d{1,40}(?:\.\d{1,40})?(?:[eE][+-]?\d{1,4})?)\s*([A-Za-zµ]*)\s*$",
+                       re.ASCII)
+_COUNT_RANGE = re.compile(r"^\s*(\d+)\s*\.\.\s*(\d+|auto)\s*$", re.ASCII)
+_COUNT = re.compile(r"^\s*\d+\s*$", re.ASCII)
+_NUMBER = re.compile(r"\d{1,40}(?:\.\d{1,40})?(?:[eE][+-]?\d{1,4})?", re.ASCII)
+# Names and symbols become parts of variable names and of C and MLIR identifiers.
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*", re.ASCII)
+RESERVED_SYMBOLS = ("fuse", "combine", "buffers", "pack", "ext", "online", "user")
+"""Prefixes of the names the encoding gives its own variables (`fuse.K`, `combine.K.LEVEL`,
+`buffers.K.MEMORY`, `pack.K`, `ext.K.DIM`; `online` is kept for online-normalisation
+decisions, `user` names the user's constraint groups): a level or memory symbol, which
+prefixes variables too (`T.K.DIM`), may not be one of them (tests/test_hwfile.py checks
+that every prefix the encoding uses is listed here)."""
 
 # The keys of each table of the format. Kept here, next to the code that reads them, so an
 # unknown key can be reported with the closest valid one.
@@ -118,7 +132,7 @@ def parse_size(value: object) -> int:
     size = number * _SIZE_UNITS[unit]
     if size.denominator != 1:
         raise UnitError(f"expected {expected} (a whole number of bytes), got {value!r}")
-    return int(size)
+    return _at_most(int(size), "bytes", value)
 
 
 def parse_frequency(value: object) -> int:
@@ -134,7 +148,7 @@ def parse_frequency(value: object) -> int:
     hertz = round(number * _FREQUENCY_UNITS[unit])
     if hertz <= 0:
         raise UnitError(f"expected a positive frequency like '350MHz', got {value!r}")
-    return hertz
+    return _at_most(hertz, "Hz", value)
 
 
 def parse_time(value: object, clock_hz: int) -> int:
@@ -151,8 +165,8 @@ def parse_time(value: object, clock_hz: int) -> int:
             raise UnitError(f"expected {expected} (a bare number must be 0), got {value!r}")
         return 0
     if unit in _CYCLE_UNITS:
-        return round(number * _PS_PER_S / clock_hz)
-    return round(number * _TIME_UNITS_PS[unit])
+        return _at_most(round(number * _PS_PER_S / clock_hz), "ps", value)
+    return _at_most(round(number * _TIME_UNITS_PS[unit]), "ps", value)
 
 
 def parse_bandwidth(value: object, clock_hz: int) -> int:
@@ -178,7 +192,15 @@ def parse_bandwidth(value: object, clock_hz: int) -> int:
         raise UnitError(f"expected {expected}, got {value!r}")
     if bytes_per_s <= 0:
         raise UnitError(f"expected a positive bandwidth like '6.68GB/s', got {value!r}")
-    return max(1, round(_PS_PER_S / bytes_per_s))
+    return _at_most(max(1, round(_PS_PER_S / bytes_per_s)), "ps per byte", value)
+
+
+def _at_most(number: int, unit: str, value: object) -> int:
+    """`number` (converted from `value`) when it is within `MAX_QUANTITY`."""
+    if number > MAX_QUANTITY:
+        raise UnitError(f"{value!r} is {number:.3g} {unit}, past the largest quantity synth "
+                        f"models (2^53 {unit})")
+    return number
 
 
 def auto_count() -> int:
@@ -194,15 +216,17 @@ def parse_count(value: object) -> tuple[int, int]:
     expected = "a count like 4 or '1..16'"
     if isinstance(value, int) and not isinstance(value, bool):
         low = high = value
-    elif isinstance(value, str) and value.strip().isdigit():
-        low = high = int(value)
+    elif isinstance(value, str) and _COUNT.match(value):
+        low = high = to_int(value)
     elif isinstance(value, str) and (match := _COUNT_RANGE.match(value)):
-        low = int(match.group(1))
-        high = auto_count() if match.group(2) == "auto" else int(match.group(2))
+        low = to_int(match.group(1))
+        high = auto_count() if match.group(2) == "auto" else to_int(match.group(2))
     else:
         raise UnitError(f"expected {expected}, got {value!r}")
     if low < 1:
         raise UnitError(f"a count must be at least 1, got {value!r}")
+    if high > MAX_SIZE:
+        raise UnitError(f"a count must be at most 2^31-1, got {value!r}")
     if low > high:
         auto = " ('auto' is this machine's CPU count)" if "auto" in str(value) else ""
         raise UnitError(f"the range's minimum {low} exceeds its maximum {high}{auto}, "
@@ -335,10 +359,19 @@ def _string(value: object, where: _Where) -> str:
     return value
 
 
-def _integer(value: object, where: _Where, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise where.error(f"expected an integer >= {minimum}, got {value!r}")
+def _integer(value: object, where: _Where, minimum: int, maximum: int = MAX_SIZE) -> int:
+    if (isinstance(value, bool) or not isinstance(value, int)
+            or not minimum <= value <= maximum):
+        raise where.error(f"expected an integer in {minimum}..{maximum}, got {value!r}")
     return value
+
+
+def _cycles(value: object, where: _Where) -> float:
+    """A number of cycles: finite, >= 0 and at most `MAX_QUANTITY`."""
+    if (isinstance(value, bool) or not isinstance(value, int | float)
+            or not 0 <= value <= MAX_QUANTITY):  # also rejects NaN and infinities
+        raise where.error(f"expected a number of cycles in 0..2^53, got {value!r}")
+    return float(value)
 
 
 def _unit(parse: Callable[[object], _T], value: object, where: _Where) -> _T:
@@ -369,9 +402,9 @@ def parse_override(text: str) -> tuple[str, Scalar]:
     key, raw = key.strip(), raw.strip()
     if not sep or not key or not raw:
         raise InputError(f"--hw-set expects KEY=VALUE (e.g. wram.capacity=32KiB), got {text!r}")
-    if re.fullmatch(r"[+-]?\d+", raw):
-        return key, int(raw)
-    if re.fullmatch(r"[+-]?(\d+\.\d*|\.\d+)([eE][+-]?\d+)?", raw):
+    if re.fullmatch(r"[+-]?\d+", raw, re.ASCII):
+        return key, to_int(raw)
+    if re.fullmatch(r"[+-]?(\d+\.\d*|\.\d+)([eE][+-]?\d+)?", raw, re.ASCII):
         return key, float(raw)
     if len(raw) >= 2 and raw[0] == raw[-1] and raw[0] in "\"'":
         return key, raw[1:-1]
@@ -476,6 +509,8 @@ def _apply_overrides(tree: dict[str, Any], overrides: Sequence[str], where: _Whe
         if len(paths) > 1:
             raise where.error(f"--hw-set: key {key!r} is ambiguous: a level and a memory "
                               f"share the name {key.split('.')[0]!r}")
+        if paths[0][1:2] == ("cycles",) and isinstance(value, str) and _NUMBER.fullmatch(value):
+            value = float(value)  # `1e15` cycles: a number (sizes keep `1e3` as text)
         _set_path(tree, paths[0], value, where, key)
 
 
@@ -493,14 +528,7 @@ def _cycles_table(value: object, where: _Where) -> dict[str, float]:
         if op not in table:
             raise where.error(f"missing op class {op!r} (every class in hardware.OP_CLASSES "
                               f"is required: {', '.join(OP_CLASSES)})")
-    cycles: dict[str, float] = {}
-    for op in OP_CLASSES:
-        number = table[op]
-        if (isinstance(number, bool) or not isinstance(number, int | float)
-                or not math.isfinite(number) or number < 0):
-            raise where.at(op).error(f"expected a number of cycles >= 0, got {number!r}")
-        cycles[op] = float(number)
-    return cycles
+    return {op: _cycles(table[op], where.at(op)) for op in OP_CLASSES}
 
 
 def _compute(value: object, where: _Where) -> Compute:
@@ -539,15 +567,12 @@ def _intrinsics(value: object, where: _Where) -> dict[str, Intrinsic]:
         _check_keys(table, _INTRINSIC_KEYS, _INTRINSIC_KEYS, at)
         shape = table["shape"]
         parts = shape.split("x") if isinstance(shape, str) else []
-        if len(parts) != 3 or not all(p.isdigit() and int(p) > 0 for p in parts):
-            raise at.at("shape").error(f'expected "MxNxK" with positive integers, got {shape!r}')
-        numbers = {}
-        for key in ("cycles", "pack"):
-            number = table[key]
-            if isinstance(number, bool) or not isinstance(number, int | float) or number < 0:
-                raise at.at(key).error(f"expected a number of cycles >= 0, got {number!r}")
-            numbers[key] = float(number)
-        m, n, k = (int(p) for p in parts)
+        if len(parts) != 3 or not all(_COUNT.match(p) and 0 < to_int(p) <= MAX_SIZE
+                                      for p in parts):
+            raise at.at("shape").error(f'expected "MxNxK" with integers in 1..2^31-1 (digits '
+                                       f'0-9), got {shape!r}')
+        numbers = {key: _cycles(table[key], at.at(key)) for key in ("cycles", "pack")}
+        m, n, k = (to_int(p) for p in parts)
         out[dtype] = Intrinsic(m, n, k, numbers["cycles"], numbers["pack"])
     return out
 
@@ -558,9 +583,7 @@ def _lanes(value: object, where: _Where) -> dict[str, int]:
     for dtype, count in _table(value, where).items():
         if dtype not in _DTYPES:
             raise where.error(f"unknown dtype {dtype!r}{_suggest(dtype, _DTYPES)}")
-        if not isinstance(count, int) or isinstance(count, bool) or count < 1:
-            raise where.at(dtype).error(f"expected a whole number of lanes >= 1, got {count!r}")
-        lanes[dtype] = count
+        lanes[dtype] = _integer(count, where.at(dtype), 1)
     return lanes
 
 
@@ -611,6 +634,12 @@ def _transfer(value: object, where: _Where) -> TransferRules:
     for key in ("min", "multiple", "align"):
         if sizes.get(key, 1) < 1:
             raise where.at(key).error(f"must be at least 1 byte, got {table[key]!r}")
+    align = sizes.get("align", 1)
+    if align & (align - 1):
+        # addresses are aligned to powers of two; tiles are placed at multiples of their
+        # size, which meet any power-of-two alignment up to it (the encoding's rule)
+        raise where.at("align").error(f"expected a power of two (1B, 2B, 4B, 8B, ...), "
+                                      f"got {table['align']!r}")
     rules = TransferRules(min_bytes=sizes.get("min", 1), max_bytes=sizes.get("max"),
                           multiple=sizes.get("multiple", 1), align=sizes.get("align", 1))
     if rules.max_bytes is not None:
@@ -719,13 +748,27 @@ def _check_memory_order(memory: Memory, outer: Sequence[Memory], levels: Sequenc
 
 
 def _check_symbols(levels: Sequence[Level], memories: Sequence[Memory], where: _Where) -> None:
-    """Symbols name solver variables and loops: valid identifiers, unique across the model."""
+    """Names and symbols become parts of variable names, loops and C/MLIR identifiers:
+    ASCII identifiers; symbols also unique across the model and not one of the prefixes
+    the encoding's own variables use (`RESERVED_SYMBOLS`)."""
+    for kind, items in (("level", levels), ("memory", memories)):
+        for item in items:
+            if not _IDENTIFIER.fullmatch(item.name):
+                raise where.at(f"{kind} {item.name!r}", "name").error(
+                    f"{item.name!r} is not a name made of ASCII letters, digits and '_' "
+                    "(not starting with a digit)")
     owners: dict[str, str] = {}
     named = [(f"level {lvl.name!r}", lvl.symbol) for lvl in levels if lvl.symbol is not None]
     named += [(f"memory {mem.name!r}", mem.symbol) for mem in memories]
     for owner, symbol in named:
-        if not symbol.isidentifier():
-            raise where.at(owner, "symbol").error(f"{symbol!r} is not a valid identifier")
+        if not _IDENTIFIER.fullmatch(symbol):
+            raise where.at(owner, "symbol").error(
+                f"{symbol!r} is not a valid identifier (ASCII letters, digits and '_', not "
+                "starting with a digit)")
+        if symbol in RESERVED_SYMBOLS:
+            raise where.at(owner, "symbol").error(
+                f"{symbol!r} is reserved: the solver's own variables are named {symbol}.* "
+                f"(reserved: {', '.join(RESERVED_SYMBOLS)})")
         if symbol in owners:
             raise where.at(owner, "symbol").error(
                 f"{symbol!r} is already the symbol of {owners[symbol]}")
@@ -778,9 +821,45 @@ def load_hardware(ref: str, overrides: Sequence[str] = ()) -> Hardware:
     """
     text, label, source = _read_model(ref)
     where = _Where(label)
+    tree = _parse_toml(text, where)
     try:
-        tree = tomllib.loads(text)
+        return _build_hardware(_overridden(tree, overrides, where), where, source)
+    except InputError as exc:
+        if not overrides:
+            raise
+        raise _blame(tree, overrides, where, exc) from None
+
+
+def _parse_toml(text: str, where: _Where) -> dict[str, Any]:
+    try:
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise where.error(f"invalid TOML: {exc}") from None
-    _apply_overrides(tree, overrides, where)
-    return _build_hardware(tree, where, source)
+    except ValueError as exc:  # an integer of more than 4,300 digits
+        raise where.error(f"invalid TOML: {exc}") from None
+
+
+def _overridden(tree: Mapping[str, Any], overrides: Sequence[str], where: _Where
+                ) -> dict[str, Any]:
+    """A copy of `tree` with `--hw-set` overrides applied (the parsed file is kept as read,
+    so that an error can be traced to the file or to one override)."""
+    patched = copy.deepcopy(dict(tree))
+    _apply_overrides(patched, overrides, where)
+    return patched
+
+
+def _blame(tree: Mapping[str, Any], overrides: Sequence[str], where: _Where,
+           exc: InputError) -> InputError:
+    """The error of a model with overrides, naming the `--hw-set KEY=VALUE` that caused it:
+    the first one whose addition breaks a model that was valid before it; an error of the
+    file itself stays the file's."""
+    if str(exc).startswith(f"hardware {where.label}: --hw-set"):
+        return exc  # already names the override (an unknown or ambiguous key)
+    for count in range(len(overrides) + 1):
+        try:
+            _build_hardware(_overridden(tree, overrides[:count], where), where)
+        except InputError as first:
+            if count == 0:
+                return first
+            return InputError(f"--hw-set {overrides[count - 1].strip()}: {first}")
+    return exc

@@ -21,7 +21,10 @@ from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Literal
 
+import numpy as np
+
 from synth.errors import InputError, LocatedError, SourceLocation
+from synth.limits import MAX_SIZE, check_int, to_int
 from synth.workload import (
     BINARY_FUNCTIONS,
     UNARY_FUNCTIONS,
@@ -41,6 +44,7 @@ from synth.workload import (
 )
 
 __all__ = [
+    "MAX_EXPR_DEPTH",
     "ExprType",
     "SizeRange",
     "expr_type",
@@ -54,6 +58,14 @@ KEYWORDS = ("size", "in", "out")
 FLOAT_FUNCTIONS = ("exp", "log", "sqrt", "rsqrt", "recip", "tanh")
 _OPERATORS = "=, +=, *=, max=, min="
 _INT_RANK = {DType.I8: 0, DType.I16: 1, DType.I32: 2}
+MAX_EXPR_DEPTH = 100
+"""The deepest expression a statement may hold: nesting of parentheses, unary minus and
+calls, and the depth of the tree (a sum of n terms is n levels deep: n - 1 of `+` over
+the terms). Every later stage (reference, interpreter, printers, emitters) walks
+expressions recursively, one to three Python frames per level, under Python's default
+recursion limit of 1,000 frames; 100 levels leave room for the frames below them."""
+C_INT = (-(2**31), 2**31 - 1)
+"""The range of C's `int`, in which integer expressions are computed (`synth.reference`)."""
 
 # ---------------------------------------------------------------- tokens
 
@@ -74,7 +86,7 @@ _TOKEN_RE = re.compile(
   | (?P<name>[A-Za-z_][A-Za-z0-9_]*)
   | (?P<op>\+=|\*=|-=|/=|[-+*/=\[\](),:])
     """,
-    re.VERBOSE,
+    re.VERBOSE | re.ASCII,  # digits are 0-9 only (see synth.limits)
 )
 
 
@@ -89,7 +101,8 @@ def _tokenize(code: str, line: int, location: _LineSource) -> list[Token]:
     while pos < len(code):
         match = _TOKEN_RE.match(code, pos)
         if match is None:
-            raise location.error(f"unexpected character {code[pos]!r}", pos + 1)
+            hint = ": numbers are written with the digits 0-9" if code[pos].isdigit() else ""
+            raise location.error(f"unexpected character {code[pos]!r}{hint}", pos + 1)
         kind = match.lastgroup or ""
         if kind != "ws":
             tokens.append(Token(kind, match.group(), line, pos + 1))
@@ -312,9 +325,7 @@ class _Builder:
         if value_token.kind != "int":
             raise cur.expected("a positive integer size")
         cur.next()
-        value = int(value_token.text)
-        if value <= 0:
-            raise cur.error(f"size '{token.text}' must be positive, got {value}", value_token)
+        value = _positive(cur, value_token, f"size '{token.text}'")
         self.sizes[token.text] = int(self.overrides.get(token.text, value))
         self.size_where[token.text] = cur.source.location(token.col)
 
@@ -351,9 +362,7 @@ class _Builder:
                     raise cur.error(f"unknown size '{token.text}'{self._sizes_hint()}", token)
                 shape.append(self.sizes[token.text])
             elif token.kind == "int":
-                if int(token.text) <= 0:
-                    raise cur.error(f"a dimension must be positive, got {token.text}", token)
-                shape.append(int(token.text))
+                shape.append(_positive(cur, token, "a dimension"))
             else:
                 raise cur.expected("a size name or a positive integer dimension", token)
             names.append(token.text)
@@ -435,6 +444,7 @@ class _Builder:
         extents = {name: bindings[name].extent for name in indices + reduced}
         if existing is None:
             existing = self._new_temp(cur, target_tok, index_toks, bindings, _temp_dtype(ty, op))
+        _check_literals(cur, parser.literals, ty, existing.tensor)
         self.statements.append(Statement(
             name=target, target=target, indices=indices, op=op, expr=expr,
             extents=extents, reduced=reduced, accumulates=existing.assigned,
@@ -534,6 +544,12 @@ class _Builder:
     # ---------------------------------------------------------------- the end
 
     def finish(self, name: str) -> Workload:
+        if not any(d.tensor.role is Role.OUTPUT for d in self.defs.values()):
+            what = "no statement and no" if not self.statements else "no"
+            raise InputError(
+                f"{self.path}: workload '{name}' has {what} output tensor: declare one with"
+                " 'out NAME : DTYPE[DIMS]' and assign it; outputs are what synth computes"
+                " and checks")
         for found in self.defs.values():
             if found.tensor.role is Role.OUTPUT and not found.assigned:
                 raise LocatedError(
@@ -547,6 +563,40 @@ class _Builder:
             name=name, sizes=dict(self.sizes),
             tensors={n: d.tensor for n, d in self.defs.items()},
             statements=_name_statements(self.statements), source=self.path)
+
+
+def _check_literals(cur: _Cursor, literals: list[tuple[Token, int | float]], ty: ExprType,
+                    target: Tensor) -> None:
+    """Literals must be values of the type they are stored as: no float literal alone
+    assigned to an integer tensor (C would truncate it silently), no integer beyond an
+    integer target's range (it would wrap), no float beyond a float target's range."""
+    dtype = target.dtype
+    first_float = next((tok for tok, value in literals if isinstance(value, float)), None)
+    if not dtype.is_float and ty == "float" and first_float is not None:
+        raise cur.error(f"a float literal is assigned to {dtype.value} tensor "
+                        f"'{target.name}', which would truncate it; write an integer", first_float)
+    info = np.finfo(dtype.numpy) if dtype.is_float else np.iinfo(dtype.numpy)
+    for token, value in literals:
+        is_float = isinstance(value, float)
+        if is_float and dtype.is_float and not abs(value) <= float(info.max):
+            raise cur.error(f"float literal {token.text} is beyond the range of {dtype.value} "
+                            f"(largest {float(info.max):.6g}), the type of '{target.name}'",
+                            token)
+        if not is_float and not dtype.is_float and not info.min <= value <= info.max:
+            raise cur.error(f"integer literal {token.text} is beyond the range of "
+                            f"{dtype.value} ({info.min}..{info.max}), the type of "
+                            f"'{target.name}'", token)
+
+
+def _positive(cur: _Cursor, token: Token, what: str) -> int:
+    """A size or dimension literal: 1..MAX_SIZE."""
+    value = to_int(token.text)
+    if value <= 0:
+        raise cur.error(f"{what} must be positive, got {token.text}", token)
+    try:
+        return check_int(value, what, 1, MAX_SIZE)
+    except InputError as exc:
+        raise cur.error(str(exc), token) from None
 
 
 def _check_rank(cur: _Cursor, token: Token, tensor: Tensor, count: int) -> None:
@@ -588,18 +638,37 @@ class _ExprParser:
         self.cur = cur
         self.builder = builder
         self.uses: list[_Use] = []
+        self.literals: list[tuple[Token, int | float]] = []
+        self.nesting = 0  # parentheses, unary minus and calls around the current token
+        self.depths: dict[int, int] = {}  # id(node) -> depth, for the nodes built so far
 
     def parse(self) -> tuple[Expr, ExprType]:
         if self.cur.peek().kind == "eol":
             raise self.cur.expected("an expression")
         return self._sum()
 
+    def _enter(self, token: Token) -> None:
+        """One more level of nesting at `token`, within `MAX_EXPR_DEPTH`."""
+        self.nesting += 1
+        if self.nesting > MAX_EXPR_DEPTH:
+            raise self.cur.error(_TOO_DEEP, token)
+
+    def _built(self, node: Expr, at: Token, *children: Expr) -> Expr:
+        """`node`, whose depth (one more than its deepest child's) must stay within
+        `MAX_EXPR_DEPTH`: a long chain of operators is as deep as nested parentheses."""
+        level = 1 + max(self.depths.get(id(child), 1) for child in children)
+        if level > MAX_EXPR_DEPTH:
+            raise self.cur.error(_TOO_DEEP, at)
+        self.depths[id(node)] = level
+        return node
+
     def _sum(self) -> tuple[Expr, ExprType]:
         expr, ty = self._product()
         while self.cur.at("+") or self.cur.at("-"):
             op = self.cur.next()
             rhs, rty = self._product()
-            expr, ty = BinOp(op.text, expr, rhs), self._joined(ty, rty, op)
+            expr, ty = self._built(BinOp(op.text, expr, rhs), op, expr, rhs), \
+                self._joined(ty, rty, op)
         return expr, ty
 
     def _product(self) -> tuple[Expr, ExprType]:
@@ -607,17 +676,20 @@ class _ExprParser:
         while self.cur.at("*") or self.cur.at("/"):
             op = self.cur.next()
             rhs, rty = self._unary()
-            expr, ty = BinOp(op.text, expr, rhs), self._joined(ty, rty, op)
+            expr, ty = self._built(BinOp(op.text, expr, rhs), op, expr, rhs), \
+                self._joined(ty, rty, op)
         return expr, ty
 
     def _unary(self) -> tuple[Expr, ExprType]:
         if not self.cur.at("-"):
             return self._primary()
-        self.cur.next()
+        minus = self.cur.next()
+        self._enter(minus)
         arg, ty = self._unary()
+        self.nesting -= 1
         if isinstance(arg, Num):
             return Num(-arg.value), ty  # fold so a negative literal is one number
-        return Neg(arg), ty
+        return self._built(Neg(arg), minus, arg), ty
 
     def _joined(self, a: ExprType, b: ExprType, at: Token) -> ExprType:
         joined = _join(a, b)
@@ -632,13 +704,14 @@ class _ExprParser:
         token = self.cur.peek()
         if token.kind in ("int", "float"):
             self.cur.next()
-            if token.kind == "int":
-                return Num(int(token.text)), "int"
-            return Num(float(token.text)), "float"
+            value = self._int_literal(token) if token.kind == "int" else float(token.text)
+            self.literals.append((token, value))
+            return Num(value), ("int" if token.kind == "int" else "float")
         if self.cur.at("("):
-            self.cur.next()
+            self._enter(self.cur.next())
             result = self._sum()
             self.cur.expect_op(")", "')'")
+            self.nesting -= 1
             return result
         if token.kind != "name":
             raise self.cur.expected("a number, a name or '('")
@@ -649,13 +722,23 @@ class _ExprParser:
             return self._access(token)
         return self._size_ref(token)
 
+    def _int_literal(self, token: Token) -> int:
+        """An integer literal: a value of C's `int`, in which integer expressions run."""
+        value = to_int(token.text)
+        if value > C_INT[1]:
+            raise self.cur.error(
+                f"integer literal {token.text if len(token.text) <= 24 else 'here'} is beyond"
+                f" C's int range ({C_INT[0]}..{C_INT[1]}), in which synth computes integer"
+                " expressions", token)
+        return value
+
     def _call(self, token: Token) -> tuple[Expr, ExprType]:
         fn = token.text
         functions = UNARY_FUNCTIONS + BINARY_FUNCTIONS
         if fn not in functions:
             raise self.cur.error(
                 f"unknown function '{fn}'; expected one of {', '.join(functions)}", token)
-        self.cur.next()
+        self._enter(self.cur.next())
         args: list[Expr] = []
         types: list[ExprType] = []
         if not self.cur.at(")"):
@@ -667,6 +750,7 @@ class _ExprParser:
                     break
                 self.cur.next()
         self.cur.expect_op(")", "',' or ')' in the arguments")
+        self.nesting -= 1
         arity = 1 if fn in UNARY_FUNCTIONS else 2
         if len(args) != arity:
             plural = "argument" if arity == 1 else "arguments"
@@ -677,7 +761,7 @@ class _ExprParser:
             raise self.cur.error(
                 f"'{fn}' combines a float literal with an integer operand; write an integer"
                 " literal", token)
-        return Call(fn, tuple(args)), ty_or_none
+        return self._built(Call(fn, tuple(args)), token, *args), ty_or_none
 
     def _access(self, token: Token) -> tuple[Expr, ExprType]:
         name = token.text
@@ -708,6 +792,11 @@ class _ExprParser:
                 token)
         raise self.cur.error(
             f"unknown name '{name}': expected a size, a tensor access or a function call", token)
+
+
+_TOO_DEEP = (f"this expression nests more than {MAX_EXPR_DEPTH} levels deep (parentheses, "
+             "unary minus and function calls each add one, and so does every operator of a "
+             f"chain: a sum of n terms is n levels); split it into several statements")
 
 
 # ---------------------------------------------------------------- size ranges
@@ -764,7 +853,7 @@ def _check_overrides(overrides: Mapping[str, int] | None) -> dict[str, int]:
             raise InputError(f"--set {key}={value!r}: a size must be an integer")
         if value <= 0:
             raise InputError(f"--set {key}={value}: size '{key}' must be positive")
-        checked[key] = value
+        checked[key] = check_int(value, f"--set {key}", 1, MAX_SIZE)
     return checked
 
 
@@ -777,9 +866,13 @@ def parse_workload(
     every tensor, extent and size reference sees the overridden value.
     """
     builder = _Builder(path, _check_overrides(overrides))
-    for number, raw in enumerate(text.splitlines(), start=1):
-        source = _LineSource(path, number, raw)
-        code = raw.split("#", 1)[0]
+    # lines end at "\n" alone (and "\r\n"): `str.splitlines` also splits at U+2028, form
+    # feeds and other separators that editors do not show as line breaks, which would
+    # shift every line number after them
+    for number, raw in enumerate(text.split("\n"), start=1):
+        line = raw.removesuffix("\r")
+        source = _LineSource(path, number, line)
+        code = line.split("#", 1)[0]
         tokens = _tokenize(code, number, source)
         if tokens[0].kind == "eol":
             continue

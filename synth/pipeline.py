@@ -44,7 +44,7 @@ from synth.ir.nodes import Program
 from synth.ir.prove import Dependence, Proof, instantiate, probe_value, prove, size_dependence
 from synth.ir.verify import verify
 from synth.lang import SizeRange, load_workload
-from synth.reference import compare, evaluate, make_inputs
+from synth.reference import compare, evaluate_errors, make_inputs
 from synth.workload import Workload
 
 SOLVERS = ("cpsat", "z3", "exhaustive", "greedy")
@@ -235,14 +235,16 @@ def validate(program: Program, workload: Workload, seed: int = 0) -> Validation:
     """Run the loop nest on random inputs and compare every output with the reference."""
     start = time.perf_counter()
     inputs = make_inputs(workload, seed)
-    expected = evaluate(workload, inputs)
+    expected, sigmas = evaluate_errors(workload, inputs)
     actual = interpret(program, workload, inputs)
     per_output: dict[str, dict[str, Any]] = {}
     for tensor in workload.outputs:
-        passed, abs_err, rel_err = compare(expected[tensor.name], actual[tensor.name],
-                                           tensor.dtype)
-        per_output[tensor.name] = {"passed": passed, "max_abs_err": abs_err,
-                                   "max_rel_err": rel_err}
+        result = compare(expected[tensor.name], actual[tensor.name], tensor.dtype,
+                         sigmas.get(tensor.name))
+        per_output[tensor.name] = {"passed": result.passed, "max_abs_err": result.max_abs_err,
+                                   "max_rel_err": result.max_rel_err,
+                                   "tolerance_used": result.used,
+                                   "unchecked": result.unchecked}
     return Validation(
         passed=all(o["passed"] for o in per_output.values()),
         max_abs_err=max((o["max_abs_err"] for o in per_output.values()), default=0.0),
@@ -273,15 +275,16 @@ def emit(request: Request, program: Program, workload: Workload, hw: Hardware) -
     check_emit(request)
     assert request.emit is not None and request.out_dir is not None
     inputs = make_inputs(workload, request.seed)
-    expected = evaluate(workload, inputs)
+    expected, sigmas = evaluate_errors(workload, inputs)
     out_dir: Path
     check: CheckResult | MlirCheck | None
     if request.emit == "mlir":
-        mlir = emit_mlir(program, workload, hw, request.out_dir, inputs, expected)
+        mlir = emit_mlir(program, workload, hw, request.out_dir, inputs, expected, sigmas)
         out_dir, files = mlir.out_dir, mlir.files
         check = check_mlir(out_dir) if request.validate else None
     else:
-        emission = emit_upmem(program, workload, hw, request.out_dir, inputs, expected)
+        emission = emit_upmem(program, workload, hw, request.out_dir, inputs, expected,
+                              sigmas)
         out_dir, files = emission.out_dir, emission.files
         check = check_upmem(out_dir) if request.validate else None
     return Emitted(request.emit, str(out_dir), tuple(str(f.relative_to(out_dir)) for f in files),

@@ -16,15 +16,22 @@ i8 and i16 promote to) with wrap-around, `/` on integers truncates toward zero (
 gives 0 on division by zero, where C is undefined), and results are stored by a
 wrapping cast to the target's width. Float expressions are computed in float64, the
 most accurate answer to compare the targets' f32/f16 arithmetic against.
+
+`evaluate_errors` also computes, next to every float value, the scale of the error a
+correct evaluation in the workload's dtypes makes (`synth.errorbound`: it grows with how
+many terms each sum accumulates and with their magnitudes), and `compare` allows an
+output `errorbound.LAMBDA` such scales (`tolerance`). Integers must match exactly.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
+from typing import NamedTuple
 
 import numpy as np
 
+from synth import errorbound as eb
 from synth.errors import InputError
 from synth.workload import (
     Access,
@@ -40,17 +47,11 @@ from synth.workload import (
     Workload,
 )
 
-__all__ = ["CHUNK_ELEMENTS", "TOLERANCES", "compare", "evaluate", "make_inputs"]
+__all__ = ["CHUNK_ELEMENTS", "Comparison", "compare", "evaluate", "evaluate_errors",
+           "make_inputs", "tolerance"]
 
 CHUNK_ELEMENTS = 1 << 25
 """The most elements one broadcast block holds (32M: 256 MB per float64 intermediate)."""
-
-TOLERANCES: dict[DType, tuple[float, float]] = {
-    DType.F32: (1e-4, 1e-5),
-    DType.F16: (1e-2, 1e-3),
-    DType.BF16: (5e-2, 1e-2),
-}
-"""(rtol, atol) per float dtype; see `compare`."""
 
 _Array = np.ndarray
 _FLOAT = np.float64
@@ -97,18 +98,43 @@ def _checked_inputs(workload: Workload, inputs: Mapping[str, np.ndarray]) -> dic
 
 def evaluate(workload: Workload, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Every tensor's value (inputs, temporaries, outputs) after running the statements in order."""
+    return _evaluate(workload, inputs, None)
+
+
+def evaluate_errors(workload: Workload, inputs: Mapping[str, np.ndarray]
+                    ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """Every tensor's value (as `evaluate`) and, for every float tensor a statement
+    assigns, the scale of the error a correct evaluation in the workload's dtypes makes
+    of it, in any order of its reductions (`synth.errorbound`: float64 arrays of the
+    tensor's shape; inputs are exact). `compare` takes an output's."""
+    sigmas: dict[str, np.ndarray] = {}
+    return _evaluate(workload, inputs, sigmas), sigmas
+
+
+def _evaluate(workload: Workload, inputs: Mapping[str, np.ndarray],
+              sigmas: dict[str, _Array] | None) -> dict[str, np.ndarray]:
     values = _checked_inputs(workload, inputs)
     with np.errstate(all="ignore"):  # wrap-around, inf and nan are the defined semantics
         for stmt in workload.statements:
-            values[stmt.target] = _run(workload.tensors[stmt.target], stmt, values)
+            tensor = workload.tensors[stmt.target]
+            new = _run(tensor, stmt, values)
+            if sigmas is not None:
+                sigma = _sigma(workload, tensor, stmt, values, sigmas, new)
+                if sigma is not None:
+                    sigmas[stmt.target] = sigma
+            values[stmt.target] = new
     return values
+
+
+def rhs_of(stmt: Statement, values: Mapping[str, _Array]) -> _Array:
+    """The right-hand side reduced over the statement's reduced indices, over its target."""
+    rhs = _product_rhs(stmt, values)
+    return _broadcast_rhs(stmt, values) if rhs is None else rhs
 
 
 def _run(tensor: Tensor, stmt: Statement, values: Mapping[str, _Array]) -> _Array:
     """`target = op(start, reduce_op over the reduced indices of expr)`, stored in its dtype."""
-    rhs = _product_rhs(stmt, values)
-    if rhs is None:
-        rhs = _broadcast_rhs(stmt, values)
+    rhs = rhs_of(stmt, values)
     if stmt.op is ReduceOp.ASSIGN:
         return _store(np.broadcast_to(rhs, tensor.shape), tensor.dtype)
     if stmt.accumulates:
@@ -156,22 +182,24 @@ def _product_rhs(stmt: Statement, values: Mapping[str, _Array]) -> _Array | None
     arrays = [np.asarray(values[a.tensor]) for a in accesses]
     scale = math.prod(f.value for f in factors if isinstance(f, Num | SizeRef))
     is_float = any(_is_float(a) for a in arrays) or isinstance(scale, float)
-    letters = _letters(stmt)
-    present = {i for a in accesses for i in a.indices}
-    out = [i for i in stmt.indices if i in present]
-    spec = ",".join("".join(letters[i] for i in a.indices) for a in accesses)
-    spec += "->" + "".join(letters[i] for i in out)
+    spec, shape = _einsum_spec(stmt, accesses)
     if is_float:
         result = np.einsum(spec, *[a.astype(_FLOAT) for a in arrays], optimize=True) * scale
     else:
         result = _exact_int_einsum(spec, arrays, int(scale), stmt)
-    shape = [stmt.extents[i] if i in present else 1 for i in stmt.indices]
     return np.asarray(result).reshape(shape)
 
 
-def _letters(stmt: Statement) -> dict[str, str]:
+def _einsum_spec(stmt: Statement, accesses: list[Access]) -> tuple[str, list[int]]:
+    """The `np.einsum` subscripts of a sum of products of `accesses` over the target's
+    indices, and the shape of the result over the target (1 for unused indices)."""
     alphabet = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
-    return {index: alphabet[n] for n, index in enumerate(stmt.dims)}
+    letters = {index: alphabet[n] for n, index in enumerate(stmt.dims)}
+    present = {i for a in accesses for i in a.indices}
+    out = [i for i in stmt.indices if i in present]
+    spec = ",".join("".join(letters[i] for i in a.indices) for a in accesses)
+    spec += "->" + "".join(letters[i] for i in out)
+    return spec, [stmt.extents[i] if i in present else 1 for i in stmt.indices]
 
 
 def _exact_int_einsum(spec: str, arrays: list[_Array], scale: int, stmt: Statement) -> _Array:
@@ -254,15 +282,33 @@ _REDUCE: dict[ReduceOp, Callable[..., _Array]] = {
 
 
 class _Env:
-    """Reads accesses as arrays laid out along the statement's dimensions (1 where unused)."""
+    """Reads accesses as arrays laid out along the statement's dimensions (1 where unused),
+    and their errors (`sigmas`: none for exact tensors, see `synth.errorbound`)."""
 
-    def __init__(self, stmt: Statement, values: Mapping[str, _Array], rows: slice | None):
+    def __init__(self, stmt: Statement, values: Mapping[str, _Array], rows: slice | None,
+                 sigmas: Mapping[str, _Array] | None = None):
         self.dims = stmt.dims
+        self.reduced = stmt.reduced
         self.values = values
         self.rows = rows
+        self.sigmas = sigmas or {}
 
     def access(self, access: Access) -> _Array:
-        array = np.asarray(self.values[access.tensor])
+        array = self._laid_out(access, np.asarray(self.values[access.tensor]))
+        return array.astype(_FLOAT) if _is_float(array) else _wrap32(array)
+
+    def error(self, access: Access) -> eb.Err:
+        """The access's error: independent between a reduction's terms when it is indexed
+        by every reduced index, else common to them (see `synth.errorbound`)."""
+        found = self.sigmas.get(access.tensor)
+        if found is None:
+            return eb.EXACT
+        sigma = self._laid_out(access, found)
+        if all(i in access.indices for i in self.reduced):
+            return eb.Err(sigma * sigma, _ZERO)
+        return eb.Err(_ZERO, sigma)
+
+    def _laid_out(self, access: Access, array: _Array) -> _Array:
         if self.rows is not None and self.dims[0] in access.indices:
             selector = [slice(None)] * array.ndim
             selector[access.indices.index(self.dims[0])] = self.rows
@@ -272,8 +318,184 @@ class _Env:
         used = set(access.indices)
         shape = [array.shape[sorted(used, key=self.dims.index).index(d)] if d in used else 1
                  for d in self.dims]
-        array = array.reshape(shape)
-        return array.astype(_FLOAT) if _is_float(array) else _wrap32(array)
+        return array.reshape(shape)
+
+
+# ---------------------------------------------------------------- error scales
+
+
+_ZERO = np.zeros(())
+_Rhs = eb.Err | eb.Terms  # an assignment's error, or what a reduction's is made of
+
+
+def _sigma(workload: Workload, tensor: Tensor, stmt: Statement,
+           values: Mapping[str, _Array], sigmas: Mapping[str, _Array],
+           new: _Array) -> _Array | None:
+    """The error scale (sigma, see `synth.errorbound`) of the target's `new` value; None
+    for an integer target (integers are exact). `values` and `sigmas` are from before."""
+    if not tensor.dtype.is_float:
+        return None
+    p = eb.precision({workload.tensors[t].dtype for t in (stmt.target, *stmt.inputs)})
+    value = np.asarray(new, dtype=_FLOAT)
+    terms = _product_terms(stmt, values, sigmas, p)
+    rhs = _broadcast_terms(stmt, values, sigmas, p) if terms is None else terms
+    err = rhs if isinstance(rhs, eb.Err) else _reduced_err(stmt, p, rhs, value, values, sigmas)
+    target = eb.of(tensor.dtype)
+    err = eb.bounded(target, value, eb.rounded(target, value, err))
+    sigma = np.broadcast_to(err.sigma(), tensor.shape)
+    return np.where(np.isnan(sigma), np.inf, sigma)  # NaN: nothing is known there
+
+
+def _reduced_err(stmt: Statement, p: eb.Precision, terms: eb.Terms, value: _Array,
+                 values: Mapping[str, _Array], sigmas: Mapping[str, _Array]) -> eb.Err:
+    """A reduction's error from its terms and its start: the target's value before it
+    when it accumulates (with that value's error), else the exact identity."""
+    count = math.prod(stmt.extents[i] for i in stmt.reduced)
+    steps = count - 1 + int(stmt.accumulates)  # the additions (multiplications) it makes
+    start = np.asarray(values[stmt.target], dtype=_FLOAT) if stmt.accumulates else _ZERO
+    start_sigma = sigmas.get(stmt.target, _ZERO) if stmt.accumulates else _ZERO
+    if stmt.op is ReduceOp.ADD:
+        return eb.summed(p, steps, value, terms, eb.Err(start_sigma ** 2), start)
+    if stmt.op is ReduceOp.MUL:
+        with np.errstate(all="ignore"):
+            relative = start_sigma / np.abs(start) if stmt.accumulates else _ZERO
+        return eb.multiplied(p, steps, value, eb.Terms(
+            terms.squares, terms.ind + relative ** 2, terms.coh))
+    return eb.Err(_ZERO, np.maximum(terms.coh, start_sigma))  # max= and min= are exact
+
+
+def _spans(stmt: Statement, access: Access) -> bool:
+    """Whether an access is indexed by every reduced index: its errors then differ
+    between the reduction's terms (else they are common to several)."""
+    return all(i in access.indices for i in stmt.reduced)
+
+
+def _product_terms(stmt: Statement, values: Mapping[str, _Array],
+                   sigmas: Mapping[str, _Array], p: eb.Precision) -> eb.Terms | None:
+    """A float `+=` of a product of factors: its terms' sums by `np.einsum` (as
+    `_product_rhs`); None when the statement is not one."""
+    factors = _product_factors(stmt.expr)
+    if stmt.op is not ReduceOp.ADD or factors is None:
+        return None
+    accesses = [f for f in factors if isinstance(f, Access)]
+    arrays = [np.asarray(values[a.tensor], dtype=_FLOAT) for a in accesses]
+    constants = [f.value for f in factors if isinstance(f, Num | SizeRef)]
+    if not accesses or not (any(isinstance(c, float) for c in constants)
+                            or any(_is_float(np.asarray(values[a.tensor])) for a in accesses)):
+        return None
+    spec, shape = _einsum_spec(stmt, accesses)
+    scale = float(math.prod(constants))
+    squares = np.einsum(spec, *[a * a for a in arrays], optimize=True) * scale * scale
+    # each term's own roundings: its len(factors) - 1 multiplications, the literal's
+    ind = (len(factors) - 1) ** 2 * p.u * p.u * squares
+    literal = p.u if any(isinstance(c, float) for c in constants) else 0.0
+    coh = literal * np.einsum(spec, *[np.abs(a) for a in arrays], optimize=True) * abs(scale)
+    for k, access in enumerate(accesses):
+        sigma = sigmas.get(access.tensor)
+        if sigma is None:
+            continue
+        if _spans(stmt, access):  # sum_k (sigma * the other factors)^2
+            others = [sigma * sigma if j == k else a * a for j, a in enumerate(arrays)]
+            ind = ind + np.einsum(spec, *others, optimize=True) * scale * scale
+        else:  # common to the terms: sum_k sigma * |the other factors|
+            others = [sigma if j == k else np.abs(a) for j, a in enumerate(arrays)]
+            coh = coh + np.einsum(spec, *others, optimize=True) * abs(scale)
+    return eb.Terms(*(np.asarray(x).reshape(shape) for x in (squares, ind, coh)))
+
+
+def _broadcast_terms(stmt: Statement, values: Mapping[str, _Array],
+                     sigmas: Mapping[str, _Array], p: eb.Precision) -> _Rhs:
+    """As `_broadcast_rhs`, block by block: an assignment's error, or a reduction's sums."""
+    dims = stmt.dims
+    total = math.prod(stmt.extents[d] for d in dims)
+    if not dims or total <= CHUNK_ELEMENTS:
+        return _block_terms(stmt, values, sigmas, p, None)
+    first = dims[0]
+    rows = max(1, CHUNK_ELEMENTS // (total // stmt.extents[first]))
+    parts = [_block_terms(stmt, values, sigmas, p, slice(lo, lo + rows))
+             for lo in range(0, stmt.extents[first], rows)]
+    if first in stmt.indices:  # blocks of the target: side by side
+        if isinstance(parts[0], eb.Err):
+            errs = [e for e in parts if isinstance(e, eb.Err)]
+            return eb.Err(*(np.concatenate([np.asarray(getattr(e, f)) for e in errs], axis=0)
+                            for f in ("ind", "coh")))
+        sums = [t for t in parts if isinstance(t, eb.Terms)]
+        return eb.Terms(*(np.concatenate([getattr(t, f) for t in sums], axis=0)
+                          for f in ("squares", "ind", "coh")))
+    sums = [t for t in parts if isinstance(t, eb.Terms)]  # blocks of the reduction: combined
+    if stmt.op in (ReduceOp.MAX, ReduceOp.MIN):
+        return eb.Terms(_ZERO, _ZERO, np.maximum.reduce([t.coh for t in sums]))
+    total_terms = sums[0]
+    for part in sums[1:]:
+        total_terms = total_terms + part
+    return total_terms
+
+
+def _block_terms(stmt: Statement, values: Mapping[str, _Array], sigmas: Mapping[str, _Array],
+                 p: eb.Precision, rows: slice | None) -> _Rhs:
+    """`_block`'s error: an assignment's per element of the block, or the sums over its
+    reduced indices that a reduction's error is made of (`errorbound.Terms`)."""
+    dims = stmt.dims
+    shape = [stmt.extents[d] for d in dims]
+    if rows is not None:
+        shape[0] = len(range(*rows.indices(shape[0])))
+    value, err = _eval_err(stmt.expr, _Env(stmt, values, rows, sigmas), p)
+    if not _is_float(value):
+        err = eb.converted(p, value)  # integer terms, accumulated in floats
+    value = np.broadcast_to(np.asarray(value, dtype=_FLOAT), shape)
+    ind, coh = np.broadcast_to(err.ind, shape), np.broadcast_to(err.coh, shape)
+    axes = tuple(range(len(stmt.indices), len(dims)))
+    if not axes:
+        return eb.Err(np.array(ind), np.array(coh))
+    if stmt.op is ReduceOp.ADD:
+        return eb.Terms(np.sum(value * value, axis=axes), np.sum(ind, axis=axes),
+                        np.sum(coh, axis=axes))
+    if stmt.op is ReduceOp.MUL:  # relative errors
+        with np.errstate(all="ignore"):
+            return eb.Terms(_ZERO, np.sum(ind / (value * value), axis=axes),
+                            np.sum(coh / np.abs(value), axis=axes))
+    return eb.Terms(_ZERO, _ZERO, np.max(np.sqrt(ind + coh * coh), axis=axes))
+
+
+def _eval_err(expr: Expr, env: _Env, p: eb.Precision) -> tuple[_Array, eb.Err]:
+    """`_eval`'s value of one node, and the error a correct evaluation in precision `p`
+    makes of it (`synth.errorbound`). Integers are exact."""
+    if isinstance(expr, Num) and isinstance(expr.value, float):
+        value = np.asarray(expr.value, dtype=_FLOAT)
+        return value, eb.Err(_ZERO, p.u * np.abs(value))  # one rounding, the same everywhere
+    if isinstance(expr, Num | SizeRef):
+        return _eval(expr, env), eb.EXACT
+    if isinstance(expr, Access):
+        return env.access(expr), env.error(expr)
+    if isinstance(expr, Neg):
+        value, err = _eval_err(expr.arg, env, p)
+        return np.negative(value), err
+    if isinstance(expr, BinOp):
+        (a, ea), (b, eb_) = _eval_err(expr.lhs, env, p), _eval_err(expr.rhs, env, p)
+        value = _binop(expr.op, a, b)
+        if not _is_float(value):
+            return value, eb.EXACT
+        ea, eb_ = _as_float(p, a, ea), _as_float(p, b, eb_)
+        if expr.op in ("+", "-"):
+            return value, eb.add(p, value, ea, eb_)
+        if expr.op == "*":
+            return value, eb.mul(p, a, b, value, ea, eb_)
+        return value, eb.div(p, np.asarray(a, dtype=_FLOAT), np.asarray(b, dtype=_FLOAT),
+                              value, ea, eb_)
+    args = [_eval_err(arg, env, p) for arg in expr.args]
+    value = _call(expr.fn, [a for a, _ in args])
+    if not _is_float(value):
+        return value, eb.EXACT
+    errs = [_as_float(p, a, e) for a, e in args]
+    if expr.fn in ("max", "min"):
+        return value, eb.Err(np.maximum(errs[0].ind, errs[1].ind),
+                             np.maximum(errs[0].coh, errs[1].coh))
+    return value, eb.function(p, expr.fn, np.asarray(args[0][0], dtype=_FLOAT), value, errs[0])
+
+
+def _as_float(p: eb.Precision, value: _Array, err: eb.Err) -> eb.Err:
+    """An operand's error once it is a float: an integer is rounded when converted."""
+    return err if _is_float(value) else eb.converted(p, value)
 
 
 class _Given:
@@ -375,44 +597,68 @@ def _call(fn: str, args: list[_Array]) -> _Array:
 # ---------------------------------------------------------------- comparison
 
 
-def compare(expected: np.ndarray, actual: np.ndarray, dtype: DType) -> tuple[bool, float, float]:
+class Comparison(NamedTuple):
+    """How an output compares with the reference."""
+
+    passed: bool
+    max_abs_err: float  # over the checked elements
+    max_rel_err: float  # |actual - expected| / max(|expected|, tolerance)
+    used: float  # the largest |actual - expected| / tolerance: 1.0 is the limit
+    unchecked: int  # elements whose bound is infinite (any answer is as right there)
+
+
+def tolerance(expected: np.ndarray, sigma: np.ndarray | None, dtype: DType) -> np.ndarray:
+    """How far an output of `dtype` may be from the reference `expected`, elementwise:
+    `LAMBDA` error scales (`sigma` from `evaluate_errors`, see `synth.errorbound`; None:
+    no arithmetic error, e.g. a copy), plus the reference's own error: its rounding to
+    `dtype` (at most u |expected|, and the underflow step), and its float64 arithmetic
+    (the same propagation at u = 2^-53: sigma x 2^-53 / u)."""
+    p = eb.of(dtype)
+    magnitude = np.abs(np.asarray(expected, dtype=_FLOAT))
+    magnitude = np.where(np.isfinite(magnitude), magnitude, 0.0)  # specials: exactly
+    scale = np.zeros_like(magnitude) if sigma is None else np.asarray(sigma, dtype=_FLOAT)
+    with np.errstate(all="ignore"):
+        return eb.LAMBDA * scale * (1 + eb.FLOAT64_U / p.u) + p.u * magnitude + p.tiny
+
+
+def compare(expected: np.ndarray, actual: np.ndarray, dtype: DType,
+            sigma: np.ndarray | None = None) -> Comparison:
     """Whether `actual` matches the reference `expected`, with the largest errors.
 
-    Integers must match exactly. Floats pass when, elementwise,
-    `|actual - expected| <= atol * scale + rtol * |expected|`, with `scale` the largest
-    finite `|expected|` in the tensor (1 if it is all zeros) and (rtol, atol) from
-    `TOLERANCES`: f32 (1e-4, 1e-5), f16 (1e-2, 1e-3), bf16 (5e-2, 1e-2). Scaling atol by
-    the tensor's magnitude accepts the cancellation error of a reordered reduction in
-    elements near zero without making the check vacuous for small-valued tensors (softmax
-    outputs are ~1e-6). NaN must match NaN and infinities must match exactly.
-    The relative error divides by `max(|expected|, atol * scale)`, so zeros do not blow it up.
-    A shape mismatch fails with infinite errors.
+    Integers must match exactly. Floats pass when, elementwise, `|actual - expected|`
+    is within `tolerance(expected, bound, dtype)`: the error bound `evaluate_errors`
+    computed for the output, which grows with how many terms each element accumulates
+    and with their magnitudes (`synth.errorbound`), plus the reference's own rounding.
+    Where the bound is infinite the element is not checked (counted in `unchecked`).
+    Elsewhere NaN must match NaN and infinities must match exactly. A shape mismatch
+    fails with infinite errors.
     """
     exp_arr, act_arr = np.asarray(expected), np.asarray(actual)
     if exp_arr.shape != act_arr.shape:
-        return False, math.inf, math.inf
+        return Comparison(False, math.inf, math.inf, math.inf, 0)
     if exp_arr.size == 0:
-        return True, 0.0, 0.0
+        return Comparison(True, 0.0, 0.0, 0.0, 0)
     if not dtype.is_float:
         diff = np.abs(exp_arr.astype(np.int64) - act_arr.astype(np.int64)).astype(_FLOAT)
         rel = diff / np.maximum(np.abs(exp_arr.astype(_FLOAT)), 1.0)
-        return bool(diff.max() == 0), float(diff.max()), float(rel.max())
-    return _compare_floats(exp_arr.astype(_FLOAT), act_arr.astype(_FLOAT), dtype)
+        worst = float(diff.max())
+        return Comparison(worst == 0, worst, float(rel.max()), math.inf if worst else 0.0, 0)
+    tol = tolerance(exp_arr, sigma, dtype).reshape(exp_arr.shape)
+    return _compare_floats(exp_arr.astype(_FLOAT), act_arr.astype(_FLOAT), tol)
 
 
-def _compare_floats(e: _Array, a: _Array, dtype: DType) -> tuple[bool, float, float]:
-    rtol, atol = TOLERANCES[dtype]
-    finite = np.isfinite(e) & np.isfinite(a)
-    specials_match = bool(np.all(finite | (np.isnan(e) & np.isnan(a)) | (e == a)))
-    finite_e = np.abs(e[np.isfinite(e)])
-    scale = float(finite_e.max()) if finite_e.size and finite_e.max() > 0 else 1.0
-    diff = np.abs(a[finite] - e[finite])
-    if diff.size == 0:
-        return specials_match, 0.0 if specials_match else math.inf, 0.0
-    floor = atol * scale
-    passed = specials_match and bool(np.all(diff <= floor + rtol * np.abs(e[finite])))
-    rel = diff / np.maximum(np.abs(e[finite]), floor)
-    max_abs, max_rel = float(diff.max()), float(rel.max())
+def _compare_floats(e: _Array, a: _Array, tol: _Array) -> Comparison:
+    checked = np.isfinite(tol)
+    finite = np.isfinite(e) & np.isfinite(a) & checked
+    special = checked & ~(np.isfinite(e) & np.isfinite(a))
+    specials_match = bool(np.all((np.isnan(e) & np.isnan(a)) | (e == a) | ~special))
+    unchecked = int(tol.size - np.count_nonzero(checked))
     if not specials_match:
-        max_abs, max_rel = math.inf, math.inf
-    return passed, max_abs, max_rel
+        return Comparison(False, math.inf, math.inf, math.inf, unchecked)
+    diff, allowed = np.abs(a[finite] - e[finite]), tol[finite]
+    if diff.size == 0:
+        return Comparison(True, 0.0, 0.0, 0.0, unchecked)
+    used = diff / allowed
+    rel = diff / np.maximum(np.abs(e[finite]), allowed)
+    return Comparison(bool(np.all(diff <= allowed)), float(diff.max()), float(rel.max()),
+                      float(used.max()), unchecked)

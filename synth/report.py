@@ -269,8 +269,10 @@ def validation_json(outcome: Outcome) -> dict[str, Any] | None:
     v = outcome.validation
     if v is None:
         return None
+    used = [o.get("tolerance_used", 0.0) for o in v.per_output.values()]
     return {"passed": v.passed, "max_abs_err": v.max_abs_err, "max_rel_err": v.max_rel_err,
-            "wall_s": v.wall_s, "per_output": v.per_output}
+            "tolerance_used": max(used, default=0.0), "wall_s": v.wall_s,
+            "per_output": v.per_output}
 
 
 def infeasible_message(outcome: Outcome) -> str:

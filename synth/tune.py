@@ -40,6 +40,7 @@ from synth.constraints import user
 from synth.constraints.result import Status
 from synth.errors import InputError, SynthError
 from synth.hwfile import override_keys
+from synth.limits import MAX_SIZE, is_int, parse_int, to_int
 from synth.pipeline import Outcome, Request
 
 KINDS = ("hw", "fix", "drop", "set")
@@ -172,11 +173,13 @@ def _check_values(text: str, kind: str, key: str, values: Sequence[str]) -> None
         if kind == "drop" and value.lower() not in DROP_VALUES:
             raise InputError(f"{where}: {value!r}: expected on (group dropped) or off "
                              "(group kept)")
-        if kind == "set" and not (value.isdigit() and int(value) > 0):
-            raise InputError(f"{where}: size {key!r} must be a positive integer, "
-                             f"got {value!r}")
-        if kind == "fix" and not value.lstrip("-").isdigit():
-            raise InputError(f"{where}: {key} must be fixed to an integer, got {value!r}")
+        if kind == "set" and not (is_int(value) and to_int(value) > 0):
+            raise InputError(f"{where}: size {key!r} must be a positive integer (digits "
+                             f"0-9), got {value!r}")
+        if kind == "set":
+            parse_int(value, where, 1, MAX_SIZE)
+        if kind == "fix":
+            parse_int(value, where)
 
 
 def _check_not_base(axis: Axis, base: Request, where: str) -> None:
@@ -226,7 +229,7 @@ def _request(base: Request, axes: Sequence[Axis], values: Sequence[str]) -> Requ
     hw, fixes, drops = list(base.hw_overrides), list(base.fixes), list(base.drops)
     for axis, value in zip(axes, values, strict=True):
         if axis.kind == "set":
-            sizes[axis.key] = int(value)
+            sizes[axis.key] = to_int(value)
         elif axis.kind == "hw":
             hw.append(f"{axis.key}={value}")
         elif axis.kind == "fix":

@@ -7,6 +7,7 @@ stage reads it; nothing mutates it.
 from __future__ import annotations
 
 import enum
+import math
 from collections import Counter
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -124,17 +125,27 @@ BINARY_FUNCTIONS = ("max", "min")
 _BINOP_CLASS = {"+": "add", "-": "add", "*": "mul", "/": "div"}
 
 
-def walk(expr: Expr) -> Iterator[Expr]:
-    """Every node of an expression, parents before children."""
-    yield expr
+def children(expr: Expr) -> tuple[Expr, ...]:
+    """The operands of a node, left to right."""
     if isinstance(expr, BinOp):
-        yield from walk(expr.lhs)
-        yield from walk(expr.rhs)
-    elif isinstance(expr, Neg):
-        yield from walk(expr.arg)
-    elif isinstance(expr, Call):
-        for arg in expr.args:
-            yield from walk(arg)
+        return (expr.lhs, expr.rhs)
+    if isinstance(expr, Neg):
+        return (expr.arg,)
+    if isinstance(expr, Call):
+        return expr.args
+    return ()
+
+
+def walk(expr: Expr) -> Iterator[Expr]:
+    """Every node of an expression, parents before children, left to right.
+
+    Iterative, so any depth works here; the parser still bounds the depth
+    (`synth.lang.MAX_EXPR_DEPTH`) for the stages that recurse."""
+    stack = [expr]
+    while stack:
+        node = stack.pop()
+        yield node
+        stack.extend(reversed(children(node)))
 
 
 def accesses(expr: Expr) -> list[Access]:
@@ -173,7 +184,7 @@ class Tensor:
 
     @property
     def nbytes(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+        return math.prod(self.shape) * self.dtype.itemsize  # exact: no int64 wrap-around
 
 
 @dataclass(frozen=True)

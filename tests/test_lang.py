@@ -14,6 +14,8 @@ BUILTINS = ["attention", "fa6", "gemm2k", "matmul", "mv", "red", "softmax", "va"
 
 # Four header lines shared by the error cases, so a case's first line is line 5.
 HEADER = "size N = 8\nsize M = 4\nin x : f32[N]\nin A : i32[M, N]\n"
+# An output for tests about temporaries: a workload without one is bad input.
+OUT = "out done : i32[]\ndone[] = 1\n"
 
 
 def parse(text: str, overrides: dict[str, int] | None = None):
@@ -352,7 +354,7 @@ def test_precedence_unary_minus_and_parentheses() -> None:
     ("in a : f16[N]\nin b : f32[N]", "t[i] = a[i] - b[i]", DType.F32),
     ("in a : bf16[N]\nin b : i32[N]", "t[i] = a[i] + b[i]", DType.BF16),
     ("in a : i8[N]\nin b : i16[N]", "t[i] = a[i] + b[i]", DType.I16),
-    ("in a : i8[N]\nin b : i8[N]", "t[i] = a[i] * b[i] + 1000", DType.I8),
+    ("in a : i8[N]\nin b : i8[N]", "t[i] = a[i] * b[i] + 100", DType.I8),
     ("in a : i8[N]\nin b : i8[N]", "t[] += a[i] * b[i]", DType.I32),
     ("in a : i16[N]\nin b : i8[N]", "t[] *= a[i]", DType.I32),
     ("in a : i8[N]\nin b : i8[N]", "t[] max= a[i]", DType.I8),
@@ -365,7 +367,7 @@ def test_precedence_unary_minus_and_parentheses() -> None:
     ("in a : f16[N]\nin b : i8[N]", "t[] = 3 * N", DType.I32),
 ])
 def test_temporary_dtypes(decls: str, stmt: str, dtype: DType) -> None:
-    w = parse(f"size N = 4\n{decls}\n{stmt}\n")
+    w = parse(f"size N = 4\n{decls}\n{stmt}\n" + OUT)
     assert w.tensors["t"].dtype is dtype
     assert w.tensors["t"].role is Role.TEMP
     assert w.statements[0].dtype is dtype
@@ -373,7 +375,7 @@ def test_temporary_dtypes(decls: str, stmt: str, dtype: DType) -> None:
 
 def test_temporary_shape_and_dim_names_prefer_sizes() -> None:
     w = parse("size N = 4\nin z : f32[4]\nin x : f32[N]\nin q : f32[3]\nu[i] = z[i]\n"
-              "v[i] = z[i] + x[i]\nw[j, i] += x[i] * q[j] * x[k]\n")
+              "v[i] = z[i] + x[i]\nw[j, i] += x[i] * q[j] * x[k]\n" + OUT)
     assert w.tensors["u"].dim_names == ("N",)  # the literal 4 equals size N
     assert w.tensors["v"].dim_names == ("N",)
     assert w.tensors["w"].shape == (3, 4) and w.tensors["w"].dim_names == ("3", "N")
@@ -381,12 +383,12 @@ def test_temporary_shape_and_dim_names_prefer_sizes() -> None:
 
 def test_temporary_dim_names_follow_the_dimension_indexed() -> None:
     # A and B have the same value: each name comes from the dimension the index indexes
-    w = parse("size A = 8\nsize B = 8\nin x : f32[B, A]\nt[j, i] = x[i, j]\n")
+    w = parse("size A = 8\nsize B = 8\nin x : f32[B, A]\nt[j, i] = x[i, j]\n" + OUT)
     assert w.tensors["t"].dim_names == ("A", "B")
 
 
 def test_reduced_in_order_of_first_appearance() -> None:
-    w = parse(HEADER + "t[] += x[j] * A[i, j]\nu[] max= A[i, j]\n")
+    w = parse(HEADER + "t[] += x[j] * A[i, j]\nu[] max= A[i, j]\n" + OUT)
     assert w.statements[0].reduced == ("j", "i")
     assert w.statements[1].reduced == ("i", "j")
     assert dict(w.statements[0].extents) == {"j": 8, "i": 4}

@@ -8,7 +8,7 @@ import pytest
 import synth.reference as reference
 from synth.errors import InputError
 from synth.lang import load_workload, parse_workload
-from synth.reference import compare, evaluate, make_inputs
+from synth.reference import compare, evaluate, evaluate_errors, make_inputs, tolerance
 from synth.workload import DType, Workload
 
 
@@ -80,10 +80,10 @@ def test_attention_small() -> None:
     s = q @ k.T
     p = np.exp(s - s.max(axis=1, keepdims=True))
     expected = (p @ v) / p.sum(axis=1, keepdims=True)
-    values = evaluate(w, inputs)
+    values, sigmas = evaluate_errors(w, inputs)
     np.testing.assert_allclose(values["O"], expected, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(values["m"], s.max(axis=1), rtol=1e-6)
-    assert compare(expected, values["O"], DType.F32)[0]
+    assert compare(expected, values["O"], DType.F32, sigmas["O"]).passed
 
 
 def test_fa6_small_is_finite() -> None:
@@ -234,25 +234,32 @@ def test_evaluate_returns_every_tensor() -> None:
 
 def test_compare_integers_exact() -> None:
     e = np.array([1, 2, 3], dtype=np.int32)
-    assert compare(e, e.copy(), DType.I32) == (True, 0.0, 0.0)
-    passed, max_abs, max_rel = compare(e, np.array([1, 2, 4], dtype=np.int32), DType.I32)
+    assert compare(e, e.copy(), DType.I32)[:3] == (True, 0.0, 0.0)
+    passed, max_abs, max_rel, _, _ = compare(e, np.array([1, 2, 4], dtype=np.int32), DType.I32)
     assert (passed, max_abs) == (False, 1.0) and max_rel == pytest.approx(1 / 3)
 
 
-def test_compare_floats_tolerance() -> None:
+def test_compare_floats_within_lambda_sigma() -> None:
     e = np.linspace(-1, 1, 101).astype(np.float32)
-    assert compare(e, e * (1 + 5e-5), DType.F32)[0]
-    passed, max_abs, max_rel = compare(e, e * (1 + 1e-3), DType.F32)
-    assert not passed and max_abs == pytest.approx(1e-3, rel=1e-3)
-    assert max_rel == pytest.approx(1e-3, rel=1e-2)
-    assert compare(e, e * (1 + 1e-3), DType.F16)[0]  # f16 is looser
-    assert compare(e, e + 5e-6, DType.F32)[0]  # near zero the scaled atol applies
-    assert not compare(e, e + 5e-5, DType.F32)[0]
+    sigma = np.full(101, 1e-6)
+    allowed = tolerance(e, sigma, DType.F32)
+    assert allowed == pytest.approx(8e-6 + 2**-24 * np.abs(e.astype(float)), rel=1e-6)
+    assert compare(e, e + 7.9e-6, DType.F32, sigma).passed
+    result = compare(e, e + 8.2e-6, DType.F32, sigma)
+    assert not result.passed and result.max_abs_err == pytest.approx(8.2e-6, rel=1e-2)
+    assert result.used > 1
+    # without an error scale only the final rounding is allowed: half an ulp
+    assert compare(e, e, DType.F32).passed
+    assert not compare(e, e * (1 + 1e-6), DType.F32).passed
+    assert compare(e, e * (1 + 1e-6), DType.F16).passed  # f16 rounds more
 
 
-def test_compare_atol_scales_with_magnitude() -> None:
-    tiny = np.full(8, 1e-6, dtype=np.float32)
-    assert not compare(tiny, tiny * 2, DType.F32)[0]  # an absolute 1e-5 would accept this
+def test_compare_skips_elements_with_an_infinite_error_scale() -> None:
+    e = np.array([1.0, 2.0, 3.0], dtype=np.float32)
+    sigma = np.array([0.0, np.inf, 0.0])
+    result = compare(e, np.array([1.0, np.nan, 3.0]), DType.F32, sigma)
+    assert result.passed and result.unchecked == 1
+    assert not compare(e, np.array([1.5, 2.0, 3.0]), DType.F32, sigma).passed
 
 
 def test_compare_specials_and_shapes() -> None:
@@ -260,4 +267,4 @@ def test_compare_specials_and_shapes() -> None:
     assert compare(e, e.copy(), DType.F32)[0]
     assert not compare(e, np.array([1.0, np.inf, 1.0]), DType.F32)[0]
     assert not compare(e, np.array([np.nan, -np.inf, 1.0]), DType.F32)[0]
-    assert compare(e, np.zeros(4), DType.F32) == (False, float("inf"), float("inf"))
+    assert compare(e, np.zeros(4), DType.F32)[:3] == (False, float("inf"), float("inf"))

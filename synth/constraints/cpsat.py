@@ -21,6 +21,7 @@ from synth.constraints import expr as ex
 from synth.constraints.decompose import PartCache, solve_by_covers, solve_by_parts
 from synth.constraints.result import SolveResult, Status
 from synth.constraints.space import ConstraintSet
+from synth.errors import InputError
 
 SEED = 0  # fixed, so the same input gives the same schedule
 # Auxiliary variables are bounded by interval arithmetic; where that bound is looser than
@@ -63,22 +64,31 @@ class Lowering:
 
     def _declare_definitions(self) -> None:
         for name, term in self.cset.definitions.items():
-            lo, hi = ex.bounds(term, self.bounds, self.cset.groups, self._bounds_memo)
-            lo, hi = min(lo, self.max_value), min(hi, self.max_value)
+            lo, hi = self._capped(term, self.max_value)
             var = self.model.new_int_var(lo, hi, name)
             self.model.add(var == self.linear(term))
             self.vars[name] = var
             self.bounds[name] = (lo, hi)
 
     def _new_aux(self, term: ex.Int, cap: int) -> cp_model.IntVar:
+        return self.model.new_int_var(*self._capped(term, cap), "")
+
+    def _capped(self, term: ex.Int, cap: int) -> tuple[int, int]:
+        """The bounds of `term` within -cap..cap (see OBJECTIVE_RANGE): every variable and
+        product CP-SAT sees stays within 64 bits. A term whose every value is past the
+        cap cannot be modelled, and is bad input (sizes or costs too large)."""
         lo, hi = ex.bounds(term, self.bounds, self.cset.groups, self._bounds_memo)
-        return self.model.new_int_var(min(lo, cap), min(hi, cap), "")
+        if lo > cap or hi < -cap:
+            raise too_large(term, lo if lo > cap else hi, cap)
+        return max(lo, -cap), min(hi, cap)
 
     # -- integer terms ----------------------------------------------------------
 
     def linear(self, term: ex.Int) -> Linear:
         """A linear expression equal to `term` (auxiliary variables for non-linear parts)."""
         if isinstance(term, ex.Const):
+            if abs(term.value) > self.max_value:
+                raise too_large(term, term.value, self.max_value)
             return term.value
         if isinstance(term, ex.Var):
             return self.vars[term.name]
@@ -87,8 +97,15 @@ class Lowering:
         if isinstance(term, ex.Prod):
             coeff, rest = _split_coefficient(term)
             cap = self.max_value // max(abs(coeff), 1)
+            if not cap:
+                raise too_large(term, coeff, self.max_value)
             if len(rest) == 1 and isinstance(rest[0], ex.Var):
-                return coeff * self.vars[rest[0].name]
+                name = rest[0].name
+                if max(map(abs, self.bounds[name])) <= cap:
+                    return coeff * self.vars[name]
+                aux = self._new_aux(rest[0], cap)  # the variable, within the cap
+                self.model.add(aux == self.vars[name])
+                return coeff * aux
             return coeff * self.var_of(rest[0] if len(rest) == 1 else ex.Prod(tuple(rest)), cap)
         return self.var_of(term)
 
@@ -165,6 +182,15 @@ class Lowering:
 
 
 _NEGATION = {"<=": ">", ">=": "<", "<": ">=", ">": "<=", "==": "!="}
+
+
+def too_large(term: ex.Int, value: int, cap: int) -> InputError:
+    """Bad input: a term the encoding built is past what CP-SAT's 64-bit integers hold."""
+    text = ex.render(term)
+    text = text if len(text) <= 160 else text[:160] + "..."
+    return InputError(f"the problem is too large to model with 64-bit integers: the term "
+                      f"{text} reaches {value:.3g}, past {cap:.3g} (2^62 shared by the "
+                      f"objective's terms); make the sizes or the hardware's costs smaller")
 
 
 def _compare(lhs: Linear, op: str, rhs: Linear) -> Any:  # a CP-SAT constraint expression

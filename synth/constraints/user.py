@@ -43,6 +43,8 @@ from synth.constraints.space import (
 )
 from synth.errors import InputError
 from synth.hardware import Hardware
+from synth.lang import MAX_EXPR_DEPTH
+from synth.limits import MAX_QUANTITY, check_int, is_int, parse_int, to_int
 from synth.workload import Statement
 
 UNDROPPABLE = {
@@ -58,7 +60,7 @@ UNDROPPABLE = {
 }
 COMPARISONS = ("<=", ">=", "==", "<", ">")
 _TOKEN = re.compile(r"\s*(?:(?P<int>\d+)|(?P<name>[A-Za-z_][A-Za-z0-9_.#]*)"
-                    r"|(?P<op><=|>=|==|[-+*()<>]))")
+                    r"|(?P<op><=|>=|==|[-+*()<>]))", re.ASCII)
 
 
 def closest(name: str, valid: Iterable[str], n: int = 5) -> list[str]:
@@ -127,6 +129,14 @@ class _Parser:
             self.tokens.append((kind, match.group(kind), match.start(kind) + 1))
             pos = match.end()
         self.index = 0
+        self.nesting = 0  # parentheses and unary minus around the current token
+
+    def _enter(self) -> None:
+        """One more level of nesting (recursion), within the workload language's limit."""
+        self.nesting += 1
+        if self.nesting > MAX_EXPR_DEPTH:
+            raise self.error(f"the expression nests more than {MAX_EXPR_DEPTH} levels deep "
+                             "(parentheses and unary minus)")
 
     def error(self, message: str, column: int | None = None) -> InputError:
         col = column if column is not None else (
@@ -172,7 +182,10 @@ class _Parser:
     def unary(self) -> ex.Int:
         if self.peek() == "-":
             self.take()
-            return ex.mul(-1, self.unary())
+            self._enter()
+            term = ex.mul(-1, self.unary())
+            self.nesting -= 1
+            return term
         return self.atom()
 
     def atom(self) -> ex.Int:
@@ -180,16 +193,21 @@ class _Parser:
             raise self.error("expected a number, a name or '('")
         kind, text, column = self.take()
         if kind == "int":
-            return ex.const(int(text))
+            try:
+                return ex.const(check_int(to_int(text), "a literal", 0, MAX_QUANTITY))
+            except InputError as exc:
+                raise self.error(str(exc), column) from None
         if kind == "name":
             if text not in self.names:
                 raise unknown("name", text, self.names, self.where)
             return self.names[text]
         if text == "(":
+            self._enter()
             inner = self.sum()
             if self.peek() != ")":
                 raise self.error("expected ')'")
             self.take()
+            self.nesting -= 1
             return inner
         raise self.error(f"expected a number, a name or '(', got {text!r}", column)
 
@@ -219,9 +237,9 @@ def parse_fix(text: str, cset: ConstraintSet,
     """`--fix T=16` as the group `user.fix.T`: the variable equals the value."""
     name, sep, value = (part.strip() for part in text.partition("="))
     where = f"--fix {text}"
-    if not sep or not re.fullmatch(r"-?\d+", value) or not name:
-        raise InputError(f"{where}: expected VAR=INT, e.g. --fix T=16")
-    number = int(value)
+    if not sep or not is_int(value) or not name:
+        raise InputError(f"{where}: expected VAR=INT (digits 0-9), e.g. --fix T=16")
+    number = parse_int(value, where)
     valid = [*variable_names(cset), *(constants or {})]
     if name not in valid:
         raise unknown("variable", name, valid, where)

@@ -57,6 +57,7 @@ from synth.ir.nodes import (
     Store,
     walk,
 )
+from synth.reference import evaluate_errors
 from synth.workload import (
     Access,
     BinOp,
@@ -90,8 +91,8 @@ class MlirEmission:
 
 
 def emit_mlir(program: Program, workload: Workload, hw: Hardware, out_dir: str | Path,
-              inputs: Mapping[str, np.ndarray], expected: Mapping[str, np.ndarray]
-              ) -> MlirEmission:
+              inputs: Mapping[str, np.ndarray], expected: Mapping[str, np.ndarray],
+              bounds: Mapping[str, np.ndarray] | None = None) -> MlirEmission:
     """Write schedule.mlir, source.mlir and transform.mlir into `out_dir` (created if
     needed), and the data `synth.emit.mlir_check` runs them on. Raises EmitError for a
     loop nest this emitter cannot express."""
@@ -102,7 +103,9 @@ def emit_mlir(program: Program, workload: Workload, hw: Hardware, out_dir: str |
     out.mkdir(parents=True, exist_ok=True)
     for name, text in texts.items():
         (out / name).write_text(text)
-    data = write_check_data(out, workload, entry_name(workload), inputs, expected)
+    if bounds is None:  # the outputs' error scales, for the check's tolerances
+        bounds = evaluate_errors(workload, inputs)[1]
+    data = write_check_data(out, workload, entry_name(workload), inputs, expected, bounds)
     return MlirEmission(out, tuple(out / name for name in FILES) + tuple(data),
                         entry_name(workload))
 

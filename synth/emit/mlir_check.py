@@ -103,9 +103,11 @@ class _Steps:
 
 
 def write_check_data(out_dir: Path, workload: Workload, entry: str,
-                     inputs: Mapping[str, np.ndarray], expected: Mapping[str, np.ndarray]
-                     ) -> list[Path]:
-    """The inputs, the reference outputs and how to call @entry, under `out_dir/check`."""
+                     inputs: Mapping[str, np.ndarray], expected: Mapping[str, np.ndarray],
+                     bounds: Mapping[str, np.ndarray] | None = None) -> list[Path]:
+    """The inputs, the reference outputs (with their error bounds, `bound_<name>.npy`,
+    when given: see `synth.reference.evaluate_bounds`) and how to call @entry, under
+    `out_dir/check`."""
     data = out_dir / DATA
     data.mkdir(parents=True, exist_ok=True)
     written = []
@@ -114,6 +116,11 @@ def write_check_data(out_dir: Path, workload: Workload, entry: str,
         for tensor in tensors:
             path = data / f"{kind}_{tensor.name}.npy"
             np.save(path, np.asarray(values[tensor.name], dtype=tensor.dtype.numpy))
+            written.append(path)
+    for tensor in workload.outputs:
+        if bounds is not None and tensor.name in bounds:
+            path = data / f"bound_{tensor.name}.npy"
+            np.save(path, np.asarray(bounds[tensor.name], dtype=np.float64))
             written.append(path)
     manifest = {"entry": entry,
                 "inputs": [{"name": t.name, "dtype": t.dtype.value} for t in workload.inputs],
@@ -337,8 +344,10 @@ def _compare(steps: _Steps, what: str, out_dir: Path, manifest: Mapping[str, Any
              outputs: Mapping[str, np.ndarray]) -> None:
     for tensor in manifest["outputs"]:
         name = tensor["name"]
-        passed, abs_err, rel_err = compare(_load(out_dir, "expected", name), outputs[name],
-                                           DType(tensor["dtype"]))
+        bound = out_dir / DATA / f"bound_{name}.npy"
+        passed, abs_err, rel_err, _, _ = compare(
+            _load(out_dir, "expected", name), outputs[name], DType(tensor["dtype"]),
+            np.load(bound) if bound.exists() else None)
         steps.errors.append(abs_err)
         verdict = "matches the reference" if passed else "DIFFERS from the reference"
         steps.log.append(f"{what}: {name} {verdict} (max abs err {abs_err:.3g}, "

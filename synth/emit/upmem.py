@@ -91,7 +91,7 @@ from synth.ir.nodes import (
     Store,
     walk,
 )
-from synth.reference import TOLERANCES
+from synth.reference import evaluate_errors, tolerance
 from synth.workload import Access, Call, DType, Expr, Num, Workload
 from synth.workload import walk as expr_nodes
 
@@ -122,10 +122,12 @@ class Emission:
 
 
 def emit_upmem(program: Program, workload: Workload, hw: Hardware, out_dir: str | Path,
-               inputs: Mapping[str, np.ndarray], expected: Mapping[str, np.ndarray]
-               ) -> Emission:
+               inputs: Mapping[str, np.ndarray], expected: Mapping[str, np.ndarray],
+               bounds: Mapping[str, np.ndarray] | None = None) -> Emission:
     """Write the host program, the DPU programs, the Makefile, the stand-in runtime and
-    the data files into `out_dir` (created if needed). Raises EmitError for a loop nest
+    the data files into `out_dir` (created if needed). `bounds` are the outputs' error
+    scales (`synth.reference.evaluate_errors`, computed here when not given), from which
+    the tolerances of the program's check are made. Raises EmitError for a loop nest
     this emitter cannot express."""
     target = Target.of(program, hw)
     plans = plan_program(program, target)
@@ -142,6 +144,9 @@ def emit_upmem(program: Program, workload: Workload, hw: Hardware, out_dir: str 
         path.write_text(text)
     written = list(files) + _copy_runtime(out / "upmem_runtime")
     written += _write_data(out / "data", workload, inputs, expected)
+    if bounds is None:
+        bounds = evaluate_errors(workload, inputs)[1]
+    written += _write_tolerances(out / "data", workload, expected, bounds)
     return Emission(out, tuple(written), tuple(d.ident for d in dpus))
 
 
@@ -1355,10 +1360,10 @@ class HostWriter(CStyle):
                 name = self.tensor_names[tensor.name]
                 code(f'write_tensor("data/output_{tensor.name}.bin", {name}, sizeof {name});')
                 compare = self.compare_helper(tensor.dtype)
-                tolerance = ", ".join(str(t) for t in TOLERANCES[tensor.dtype]) \
-                    if tensor.dtype.is_float else ""
+                allowed = (f', "data/tolerance_{tensor.name}.bin"' if tensor.dtype.is_float
+                           else "")
                 code(f'ok &= {compare}("{tensor.name}", {name}, "data/expected_{tensor.name}'
-                     f'.bin", {math.prod(tensor.shape)}{", " + tolerance if tolerance else ""});')
+                     f'.bin", {math.prod(tensor.shape)}{allowed});')
             with code.block("if (!ok)"):
                 code(f'fprintf(stderr, "{self.workload.name} on upmem: the outputs differ from '
                      f'the reference\\n");')
@@ -1647,28 +1652,26 @@ class HostWriter(CStyle):
 
 FLOAT_COMPARE = """\
 /* Whether `actual` matches the reference as synth.reference.compare decides: elementwise
- * |actual - expected| <= atol * scale + rtol * |expected|, scale the largest finite
- * |expected| (1 if all are zero); NaN must match NaN and infinities match exactly. */
+ * |actual - expected| <= the element's tolerance (its error bound plus the reference's
+ * rounding, written by synth as doubles); an infinite tolerance is not checked; elsewhere
+ * NaN must match NaN and infinities match exactly. */
 static int NAME(const char *name, const CTYPE *actual, const char *path, size_t n,
-                double rtol, double atol)
+                const char *tolerances)
 {
     CTYPE *expected = malloc(n * sizeof *expected);
-    double scale = 0, max_abs = 0, max_rel = 0;
+    double *allowed = malloc(n * sizeof *allowed);
+    double max_abs = 0, max_rel = 0;
     size_t bad = 0, first = 0;
-    if (!expected)
+    if (!expected || !allowed)
         exit(2);
     read_tensor(path, expected, n * sizeof *expected);
-    for (size_t i = 0; i < n; i++)
-        if (isfinite(expected[i]) && fabs(expected[i]) > scale)
-            scale = fabs(expected[i]);
-    if (scale == 0)
-        scale = 1;
+    read_tensor(tolerances, allowed, n * sizeof *allowed);
     for (size_t i = 0; i < n; i++) {
         double want = expected[i], got = actual[i];
-        int ok = (isnan(want) && isnan(got)) || want == got;
-        if (isfinite(want) && isfinite(got)) {
-            double diff = fabs(got - want), rel = diff / fmax(fabs(want), atol * scale);
-            ok = diff <= atol * scale + rtol * fabs(want);
+        int ok = isinf(allowed[i]) || (isnan(want) && isnan(got)) || want == got;
+        if (isfinite(want) && isfinite(got) && isfinite(allowed[i])) {
+            double diff = fabs(got - want), rel = diff / fmax(fabs(want), allowed[i]);
+            ok = diff <= allowed[i];
             max_abs = diff > max_abs ? diff : max_abs;
             max_rel = rel > max_rel ? rel : max_rel;
         }
@@ -1677,13 +1680,14 @@ static int NAME(const char *name, const CTYPE *actual, const char *path, size_t 
     }
     if (bad)
         fprintf(stderr, "%s: %zu of %zu elements differ from the reference; the first, "
-                "element %zu, is %.9g where %.9g is expected (rtol %g, atol %g x %g)\\n",
-                name, bad, n, first, (double)actual[first], (double)expected[first], rtol,
-                atol, scale);
+                "element %zu, is %.9g where %.9g is expected (tolerance %.3g)\\n",
+                name, bad, n, first, (double)actual[first], (double)expected[first],
+                allowed[first]);
     else
         printf("%s: %zu elements match the reference (max abs err %.3g, max rel err %.3g)\\n",
                name, n, max_abs, max_rel);
     free(expected);
+    free(allowed);
     return bad == 0;
 }"""
 
@@ -1808,6 +1812,20 @@ def _copy_runtime(dest: Path) -> list[Path]:
         path = dest / name
         path.write_bytes(source.joinpath(name).read_bytes())
         written.append(path)
+    return written
+
+
+def _write_tolerances(data: Path, workload: Workload, expected: Mapping[str, np.ndarray],
+                      bounds: Mapping[str, np.ndarray]) -> list[Path]:
+    """`data/tolerance_<output>.bin`: how far each float output element may be from the
+    reference (doubles, `synth.reference.tolerance`), read by the program's compare."""
+    written = []
+    for tensor in workload.outputs:
+        if tensor.dtype.is_float and tensor.name in expected:
+            allowed = tolerance(expected[tensor.name], bounds.get(tensor.name), tensor.dtype)
+            path = data / f"tolerance_{tensor.name}.bin"
+            np.ascontiguousarray(allowed, dtype="<f8").tofile(path)
+            written.append(path)
     return written
 
 
