@@ -1,7 +1,15 @@
-"""The `synth` command line: `synth solve`, `synth tune` and `synth list` (DESIGN.md section 8).
+"""The `synth` command line: `synth solve`, `synth tune` and `synth list` (README.md, "The
+command line").
 
-The CLI only parses arguments, runs `synth.pipeline.run` and renders the outcome; the
-report's content comes from `synth.report`, so the human output and `--json` agree.
+The CLI only parses arguments, runs `synth.pipeline.run` and renders the outcome
+(`synth.render`); the report's content comes from `synth.report`, so the human output
+and `--json` agree. Everything heavy (the solvers, NumPy, rich, the pipeline) is
+imported inside the commands, so that `synth --help` and `synth --version` start fast.
+
+Output goes to stdout; when stdout is not a terminal, lines are not wrapped and carry no
+trailing spaces (`make_console`), and a reader that goes away (`| head -1`, a broken
+pipe) ends the run quietly with the exit code it had (`delivered`). A live status of the
+running stage goes to stderr when stderr is a terminal (`synth.progress`).
 
 Exit codes are part of the interface and decided in one place (`outcome_exit_code` and
 `guarded`): 0 solved (and validated unless --no-validate), 1 infeasible, 2 bad input,
@@ -11,35 +19,36 @@ Exit codes are part of the interface and decided in one place (`outcome_exit_cod
 
 from __future__ import annotations
 
+import errno
+import io
 import json
-import math
 import os
 import re
 import sys
-import tomllib
-from collections.abc import Callable, Mapping, Sequence
-from importlib import resources
+import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, TextIO
 
 import typer
-from rich import box
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
-from synth import pipeline, report, tune
-from synth.constraints import user
-from synth.constraints.cost import Model
-from synth.constraints.explain import GroupStatus, group_infos
-from synth.constraints.result import Status
-from synth.emit.mlir_check import MlirCheck
 from synth.errors import InputError, SynthError
-from synth.hwfile import list_builtin_hardware, load_hardware
-from synth.ir.printer import print_program
-from synth.lang import SizeRange, list_builtin_workloads, load_workload
 from synth.limits import MAX_SIZE, MAX_TIME_LIMIT_S, check_int, is_int, parse_int, to_int
-from synth.pipeline import EMITTERS, SOLVERS, Emitted, Outcome, Request, check_emit, run
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.table import Table
+
+    from synth import tune
+    from synth.lang import SizeRange
+    from synth.pipeline import Outcome, Request
+
+STARTED = time.perf_counter()  # the run's start, for the total time the output states
+
+# The names of synth.pipeline's SOLVERS and EMITTERS, without importing the pipeline
+# (tests/test_cli.py checks that they agree).
+SOLVERS = ("cpsat", "z3", "exhaustive", "greedy")
+EMITTERS = ("upmem", "mlir")
 
 EXIT_OK = 0
 EXIT_INFEASIBLE = 1
@@ -51,11 +60,40 @@ DEBUG_ENV = "SYNTH_DEBUG"
 
 app = typer.Typer(
     name="synth",
-    help="Synthesise the best schedule of a tensor workload on a hardware model.",
+    help="Synthesise the best schedule of a tensor workload on a hardware model.\n\n"
+         "Workloads are .syn files (docs/language.md), hardware models TOML files "
+         "(docs/hardware.md); `synth list` shows the built-in ones.",
     add_completion=False,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,
 )
+
+
+def version() -> str:
+    """synth's installed version (the package metadata), else the source tree's."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("synth")
+    except metadata.PackageNotFoundError:
+        from synth import __version__
+        return __version__
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        print(f"synth {version()}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def root(
+    show_version: Annotated[bool, typer.Option(
+        "--version", callback=_print_version, is_eager=True,
+        help="Print synth's version and exit.")] = False,
+) -> None:
+    """The options before any command."""
 
 
 # ---------------------------------------------------------------- argument parsing
@@ -85,6 +123,8 @@ RANGE_EXAMPLE = "N=1024..65536:1024"
 def parse_size_option(text: str) -> tuple[str, int | SizeRange]:
     """`N=4096` -> ("N", 4096); `N=1024..65536:1024` -> ("N", SizeRange(1024, 65536,
     1024)): the admissible values LO, LO+STEP, ... up to HI (STEP defaults to 1)."""
+    from synth.lang import SizeRange
+
     name, sep, value = text.partition("=")
     name, value = name.strip(), value.strip()
     if ".." not in value:
@@ -113,6 +153,8 @@ def parse_size_option(text: str) -> tuple[str, int | SizeRange]:
 
 def parse_size_options(texts: Sequence[str]) -> tuple[dict[str, int], dict[str, SizeRange]]:
     """`synth solve --set`: plain sizes, and sizes given as ranges."""
+    from synth.lang import SizeRange
+
     sizes: dict[str, int] = {}
     ranges: dict[str, SizeRange] = {}
     given: dict[str, str] = {}
@@ -177,6 +219,9 @@ def guarded(action: Callable[[], int]) -> int:
     except SynthError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code
+    except BrokenPipeError:  # a reader gone before anything decided the code (delivered)
+        _silence_stdout()
+        return EXIT_OK
     except Exception as exc:
         if debugging():
             raise
@@ -186,7 +231,30 @@ def guarded(action: Callable[[], int]) -> int:
         return EXIT_INTERNAL
 
 
+def delivered(code: int, show: Callable[[], None]) -> int:
+    """Print the output with `show` and return the run's exit `code`: a reader that goes
+    away (`synth ... | head -1`: a broken pipe) does not change what the code says."""
+    try:
+        show()
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _silence_stdout()
+    return code
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so that flushing it at exit does not fail again (the
+    recipe of the Python documentation, "Note on SIGPIPE")."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, io.UnsupportedOperation):
+        pass  # a stdout without a file descriptor (a test's capture) needs nothing
+
+
 def outcome_exit_code(outcome: Outcome) -> int:
+    from synth.constraints.result import Status
+
     status = outcome.result.status
     if status is Status.INFEASIBLE:
         return EXIT_INFEASIBLE
@@ -207,12 +275,61 @@ def outcome_exit_code(outcome: Outcome) -> int:
 # ---------------------------------------------------------------- human output
 
 
+UNWRAPPED_WIDTH = 10_000
+"""The width rich lays output out in when stdout is not a terminal: wide enough that no
+table row or message wraps (a reader of piped output, a file or a script, sees each row
+on one line)."""
+
+
 def make_console() -> Console:
     """A console on the current stdout, built per call (test runners swap stdout).
 
-    Rich drops colour and styles by itself when stdout is not a terminal or NO_COLOR is
-    set; highlighting is off so numbers in messages are not coloured at random."""
-    return Console(highlight=False)
+    On a terminal, rich's own: its width, colours unless NO_COLOR is set. Otherwise
+    (a pipe, a file) no colours, no wrapping (`UNWRAPPED_WIDTH`, unless COLUMNS says
+    otherwise) and no trailing spaces (rich pads table cells to their column's width).
+    Highlighting is off so numbers in messages are not coloured at random."""
+    from rich.console import Console
+
+    if sys.stdout.isatty():
+        console = Console(highlight=False)
+    else:
+        width = None if os.environ.get("COLUMNS") else UNWRAPPED_WIDTH
+        console = Console(file=Unpadded(sys.stdout), width=width,  # type: ignore[arg-type]
+                          highlight=False)
+    console.on_broken_pipe = _broken_pipe  # type: ignore[method-assign]
+    return console
+
+
+def _broken_pipe() -> None:
+    """Rich's own handling of a broken pipe exits 1, the code for "infeasible"; let the
+    caller (`delivered`) decide instead."""
+    raise BrokenPipeError(errno.EPIPE, os.strerror(errno.EPIPE))
+
+
+class Unpadded(io.TextIOBase):
+    """A text stream that writes each line to `stream` without its trailing spaces."""
+
+    def __init__(self, stream: TextIO) -> None:
+        super().__init__()
+        self.stream = stream
+        self.pending = ""  # the current line, until its newline
+
+    def write(self, text: str) -> int:
+        lines = (self.pending + text).split("\n")
+        self.pending = lines.pop()
+        if lines:
+            self.stream.write("".join(line.rstrip(" ") + "\n" for line in lines))
+        return len(text)
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+    def isatty(self) -> bool:
+        return False
+
+    @property
+    def encoding(self) -> str:  # type: ignore[override]
+        return getattr(self.stream, "encoding", None) or "utf-8"
 
 
 def format_seconds(seconds: float) -> str:
@@ -225,295 +342,19 @@ def format_seconds(seconds: float) -> str:
     return f"{seconds / 1e-12:.4g} ps"
 
 
-def format_error(value: Any) -> str:
-    return f"{value:.3g}" if isinstance(value, float) else str(value)
-
-
-def header_line(outcome: Outcome) -> str:
-    r = outcome.result
-    sizes = " ".join(f"{k}={v}" for k, v in outcome.workload.sizes.items())
-    parts = [f"{outcome.workload.name} ({sizes}) on {outcome.hardware.name}: "
-             f"{r.status.value}"]
-    if r.objective is not None:
-        parts.append(f"objective {format_seconds(r.objective / report.PS_PER_S)}")
-    if r.status is not Status.OPTIMAL and r.bound is not None:
-        gap = report.relative_gap(r.status, r.objective, r.bound)
-        bound = f"bound {format_seconds(r.bound / report.PS_PER_S)}"
-        parts.append(bound + (f" (gap {gap:.1%})" if gap is not None else ""))
-    parts.append(f"solve time {format_seconds(r.wall_s)} ({r.solver})")
-    return ", ".join(parts)
-
-
-def variables_table(outcome: Outcome) -> Table:
-    table = Table(title="Symbolic variables", box=box.SIMPLE_HEAD, title_justify="left")
-    table.add_column("name", no_wrap=True)
-    table.add_column("value", justify="right", no_wrap=True)
-    table.add_column("meaning")
-    for row in report.variable_rows(outcome):
-        table.add_row(row.name, str(row.value), row.meaning)
-    return table
-
-
-def kernels_table(outcome: Outcome) -> Table:
-    table = Table(title="Kernels (fusion groups)", box=box.SIMPLE_HEAD, title_justify="left")
-    table.add_column("kernel", no_wrap=True)
-    table.add_column("statements")
-    table.add_column("loops (outermost first)")
-    for group in report.groups(outcome.program):
-        table.add_row(group["name"], ", ".join(group["statements"]),
-                      ", ".join(group["loops"]) or "(none)")
-    return table
-
-
-def placement_table(outcome: Outcome) -> Table:
-    """Per kernel and tensor: the innermost memory, and the tile held in each memory."""
-    table = Table(title="Placement", box=box.SIMPLE_HEAD, title_justify="left")
-    table.add_column("kernel/tensor", no_wrap=True)
-    table.add_column("innermost", no_wrap=True)
-    table.add_column("tiles")
-    tiles: dict[str, list[str]] = {}
-    for buf in report.buffers(outcome.program):
-        shape = "x".join(str(n) for n in buf["shape"])
-        partial = " partials" if buf["partials"] else ""
-        tiles.setdefault(f"{buf['kernel']}/{buf['tensor']}", []).append(
-            f"{buf['memory']} {buf['dtype']}[{shape}]{partial}")
-    for key, memory in report.placements(outcome).items():
-        table.add_row(key, memory, ", ".join(tiles.get(key, [])))
-    return table
-
-
-def cost_table(outcome: Outcome) -> Table:
-    table = Table(title="Modelled cost", box=box.SIMPLE_HEAD, title_justify="left")
-    table.add_column("part", no_wrap=True)
-    table.add_column("time", justify="right", no_wrap=True)
-    table.add_column("share", justify="right", no_wrap=True)
-    parts = report.cost_parts(outcome.cost or {})
-    total = sum(p.ps for p in parts)
-    for part in parts:
-        label = f"transfer {part.name}" if part.is_transfer else part.name
-        share = f"{part.ps / total:.1%}" if total else "-"
-        table.add_row(label, format_seconds(part.seconds), share)
-    table.add_section()
-    table.add_row("total", format_seconds(total / report.PS_PER_S), "100.0%" if total else "-")
-    return table
-
-
-def _binding_cell(status: GroupStatus | None, objective: int | None) -> str:
-    if status is None or status.group in user.UNDROPPABLE:
-        return "-"  # not droppable, so not re-solved
-    if status.binding is None:
-        return "?" if status.status_without is not None else "-"
-    if not status.binding or status.objective_without is None:
-        return "no"
-    without = format_seconds(status.objective_without / report.PS_PER_S)
-    change = f" ({status.objective_without / objective - 1:+.1%})" if objective else ""
-    return f"yes: {without}{change}"
-
-
-def groups_table(outcome: Outcome) -> Table:
-    """The named constraint groups at the optimum: tight (an inequality holds with
-    equality) and binding (the objective improves without the group)."""
-    table = Table(title="Constraint groups at the optimum", box=box.SIMPLE_HEAD,
-                  title_justify="left")
-    rows = [(status.group, str(status.info.count), "yes" if status.tight else "no",
-             _binding_cell(status, outcome.result.objective), status.info.meanings[0])
-            for status in outcome.group_status or []]
-    table.add_column("group", no_wrap=True)
-    table.add_column("n", justify="right", no_wrap=True)
-    table.add_column("tight", no_wrap=True)
-    table.add_column("binding: objective without", no_wrap=True)
-    table.add_column("meaning (first of the group)")
-    for row in rows:
-        table.add_row(*row)
-    return table
-
-
-def proof_lines(outcome: Outcome) -> str:
-    """The z3 proof of bounds and capacities, or the refuted obligations with their
-    counterexamples."""
-    proof = outcome.proof
-    if proof is None:
-        return "symbolic verification (z3): not run"
-    took = format_seconds(outcome.timings.get("prove", 0.0))
-    solved = ", ".join(f"{name}={value}" for name, value in proof.solved.items())
-    note = (f"\n  solved at {solved}, the largest admissible "
-            f"{'value' if len(proof.solved) == 1 else 'values'}: the tiles stay fixed "
-            f"across the range, only the host loops' counts adapt" if proof.sizes else "")
-    if proof.proved and not proof.sizes:
-        return (f"symbolic verification (z3): proved {proof.checks} obligations (every access "
-                f"in bounds, every memory within capacity) ({took})")
-    if proof.proved:
-        return f"symbolic verification (z3): {proof} ({took}){note}"
-    return f"symbolic verification (z3): {proof}{note}"
-
-
-def smallest_line(outcome: Outcome) -> str | None:
-    """With a size range: the same loop nest run against NumPy at the smallest sizes."""
-    run = outcome.smallest
-    if run is None:
-        return None
-    v = run.validation
-    at = ", ".join(f"{k}={n}" for k, n in run.sizes.items())
-    verdict = "passed" if v.passed else "FAILED"
-    return (f"validation against NumPy at {at} (the smallest admissible, same tiles): "
-            f"{verdict}, max abs err {format_error(v.max_abs_err)}, max rel err "
-            f"{format_error(v.max_rel_err)} ({format_seconds(v.wall_s)})")
-
-
-def validation_line(outcome: Outcome) -> str:
-    v = outcome.validation
-    if v is None:
-        return "validation: skipped (--no-validate)"
-    verdict = "passed" if v.passed else "FAILED"
-    failing = [name for name, o in v.per_output.items() if not o.get("passed", True)]
-    where = f" (outputs {', '.join(failing)})" if failing else ""
-    return (f"validation against NumPy: {verdict}{where}, max abs err "
-            f"{format_error(v.max_abs_err)}, max rel err {format_error(v.max_rel_err)}"
-            f"{bound_note(v.per_output)} ({format_seconds(v.wall_s)})")
-
-
-def bound_note(per_output: Mapping[str, Mapping[str, Any]]) -> str:
-    """How much of the float32 error bound the outputs used (`synth.errorbound`), and how
-    many elements could not be checked (an infinite bound)."""
-    used = [o["tolerance_used"] for o in per_output.values()
-            if 0 < o.get("tolerance_used", 0) < math.inf]
-    unchecked = sum(o.get("unchecked", 0) for o in per_output.values())
-    note = f", {max(used):.0%} of the error bound" if used else ""
-    if unchecked:
-        note += f", {unchecked} elements unchecked (their error bound is infinite)"
-    return note
-
-
-def no_schedule_message(outcome: Outcome, time_limit_s: float) -> str | None:
-    status = outcome.result.status
-    if status is Status.INFEASIBLE:
-        return report.infeasible_message(outcome)
-    if status is Status.TIMEOUT and "failure" in outcome.result.stats:
-        return str(outcome.result.stats["failure"])  # a heuristic's dead end, not the clock
-    if status is Status.TIMEOUT:
-        return (f"no schedule found within the time limit of {time_limit_s:g} s; "
-                f"raise --time-limit or make the problem smaller with --set NAME=INT")
-    return None
-
-
-def print_human(outcome: Outcome, request: Request) -> None:
-    console = make_console()
-    console.print(header_line(outcome), markup=False, soft_wrap=True)
-    message = no_schedule_message(outcome, request.time_limit_s)
-    if message is not None or outcome.program is None:
-        console.print(message or "no schedule", markup=False, soft_wrap=True)
-        return
-    for table in (variables_table(outcome), kernels_table(outcome), placement_table(outcome)):
-        console.print()
-        console.print(table)
-    console.print()
-    console.print("Loop nest", markup=False)
-    # soft_wrap: long lines stay whole (no rewrapping) so the nest keeps its indentation
-    console.print(print_program(outcome.program), markup=False, soft_wrap=True)
-    console.print()
-    console.print(cost_table(outcome))
-    if outcome.group_status is not None:
-        console.print(groups_table(outcome))
-    console.print(proof_lines(outcome), markup=False, soft_wrap=True)
-    console.print(validation_line(outcome), markup=False, soft_wrap=True)
-    smallest = smallest_line(outcome)
-    if smallest is not None:
-        console.print(smallest, markup=False, soft_wrap=True)
-    if outcome.emitted is not None:
-        console.print(emitted_lines(outcome.emitted), markup=False, soft_wrap=True)
-
-
-def emitted_lines(emitted: Emitted) -> str:
-    """Where the source went, and how its build-and-run check against the reference went
-    (the end of the log when it failed)."""
-    if emitted.target == "mlir":
-        return mlir_lines(emitted)
-    sources = [f for f in emitted.files if f.endswith(".c") and "/" not in f
-               and not f.startswith("standin_")]
-    head = f"emitted {emitted.target} C to {emitted.path}: {', '.join(sources)}, Makefile"
-    check = emitted.check
-    if check is None:
-        return head + " (not checked: --no-validate)"
-    verdict = "passed" if check.passed else "FAILED"
-    lines = [head, f"make check (stand-in runtime, reference data): {verdict} "
-                   f"({check.seconds:.2f} s)"]
-    if not check.passed:
-        lines += check.log.strip().splitlines()[-15:]
-    return "\n".join(lines)
-
-
-def mlir_lines(emitted: Emitted) -> str:
-    """The MLIR files, and how far upstream MLIR got with them: verified, transformed,
-    run against the reference (MLIR's diagnostics when a step failed)."""
-    sources = [f for f in emitted.files if f.endswith(".mlir")]
-    head = f"emitted MLIR to {emitted.path}: {', '.join(sources)}"
-    check = emitted.check
-    if not isinstance(check, MlirCheck):
-        return head + " (not checked: --no-validate)"
-    steps = [f"schedule.mlir {'verified' if check.verified else 'does NOT verify'}",
-             f"transform.mlir {'applied' if check.transform_applied else 'NOT applied'}",
-             f"both {'ran' if check.executed else 'did NOT run'}"]
-    error = ("" if check.max_abs_err is None
-             else f", max abs err {format_error(check.max_abs_err)}")
-    verdict = "passed" if check.passed else "FAILED"
-    lines = [head, f"MLIR check (upstream MLIR via torch-mlir, reference data): {verdict}: "
-                   f"{', '.join(steps)}{error} ({check.seconds:.2f} s)"]
-    if not check.passed:
-        lines += check.log.strip().splitlines()[-25:]
-    return "\n".join(lines)
-
-
-def print_json(outcome: Outcome) -> None:
-    """Exactly one JSON object on stdout; strict JSON (no NaN/Infinity literals)."""
-    sys.stdout.write(json.dumps(report.to_json(outcome), indent=2, allow_nan=False) + "\n")
-
-
 # ---------------------------------------------------------------- commands
 
 
-def show_constraints_of(request: Request, as_json: bool) -> int:
-    """`--show-constraints`: the model's named groups (after --constraint, --fix and
-    --drop), the variables and the hardware parameters expressions may use; no solve."""
-    model: Model = pipeline.encode(pipeline.parse(request), pipeline.hardware(request),
-                                   request.constraints, request.fixes, request.drops)
-    cset = model.constraints
-    infos = group_infos(cset)
-    variables = {name: (list(cset.decisions[name]) if name in cset.decisions else "defined")
-                 for name in user.variable_names(cset)}
-    params = user.hardware_parameters(model.hw)
-    if as_json:
-        data = {"workload": model.workload.name, "hardware": model.hw.name,
-                "constraint_groups": [{"group": i.group, "count": i.count,
-                                       "meanings": list(i.meanings)} for i in infos],
-                "variables": variables, "hardware_parameters": params}
-        sys.stdout.write(json.dumps(report.jsonable(data), indent=2) + "\n")
-        return EXIT_OK
-    console = make_console()
-    table = Table(title=f"Constraint groups of {model.workload.name} on {model.hw.name}",
-                  box=box.SIMPLE_HEAD, title_justify="left")
-    table.add_column("group", no_wrap=True)
-    table.add_column("n", justify="right", no_wrap=True)
-    table.add_column("meaning")
-    for info in infos:
-        note = " (redundant; never dropped)" if info.group == "implied" else \
-            " (cannot be dropped)" if info.group in user.UNDROPPABLE else ""
-        table.add_row(info.group, str(info.count), info.summary(3) + note)
-    console.print(table)
-    console.print("Variables for --constraint and --fix: " + ", ".join(variables),
-                  markup=False, soft_wrap=True)
-    console.print("Hardware parameters for --constraint: "
-                  + ", ".join(f"{k}={v}" for k, v in params.items()),
-                  markup=False, soft_wrap=True)
-    return EXIT_OK
-
-
 def solve_request(request: Request, as_json: bool) -> int:
-    outcome = run(request)
-    if as_json:
-        print_json(outcome)
-    else:
-        print_human(outcome, request)
-    return outcome_exit_code(outcome)
+    from synth import progress, render
+    from synth.pipeline import run
+
+    with progress.Status(sys.stderr):
+        outcome = run(request)
+    total = time.perf_counter() - STARTED
+    return delivered(outcome_exit_code(outcome),
+                     (lambda: render.print_json(outcome, total)) if as_json
+                     else (lambda: render.print_human(outcome, request, total)))
 
 
 @app.command()
@@ -537,10 +378,11 @@ def solve(
         "--json", help="Print one JSON report object to stdout and nothing else.")] = False,
     no_validate: Annotated[bool, typer.Option(
         "--no-validate", help="Skip running the loop nest against NumPy.")] = False,
-    no_binding: Annotated[bool, typer.Option(
-        "--no-binding",
-        help="Skip finding the binding constraint groups (one re-solve per group; most "
-             "of the run time on large workloads).")] = False,
+    binding: Annotated[bool, typer.Option(
+        "--binding/--no-binding",
+        help="Also find the constraint groups that bind at the optimum: one re-solve per "
+             "group, often most of the run time on large workloads (off by default).")
+    ] = False,
     constraint: Annotated[list[str] | None, typer.Option(
         "--constraint", metavar="EXPR",
         help='Add a constraint over variables and hardware parameters, e.g. "T >= 11" or '
@@ -570,13 +412,16 @@ def solve(
     """
     def action() -> int:
         fixed, ranges = parse_size_options(sizes or [])
-        request = Request(workload, hw, fixed, tuple(hw_set or []),
-                          check_solver(solver), check_time_limit(time_limit),
+        solver_name, limit = check_solver(solver), check_time_limit(time_limit)
+        from synth.pipeline import Request, check_emit
+
+        request = Request(workload, hw, fixed, tuple(hw_set or []), solver_name, limit,
                           validate=not no_validate, constraints=tuple(constraint or []),
                           fixes=tuple(fix or []), drops=tuple(drop or []),
-                          binding=not no_binding, ranges=ranges, emit=emit, out_dir=out)
+                          binding=binding, ranges=ranges, emit=emit, out_dir=out)
         if show_constraints:
-            return show_constraints_of(request, as_json)
+            from synth import render
+            return render.show_constraints_of(request, as_json)
         check_emit(request)  # before solving: a typo should not cost a solve
         return solve_request(request, as_json)
 
@@ -590,6 +435,11 @@ def tune_table(base: Request, axes: Sequence[tune.Axis],
                results: Sequence[tune.VariantResult]) -> Table:
     """One row per variant: its settings, status, modelled cost (and how far from the
     best variant), solve time, and the binding groups (infeasible: the conflicting ones)."""
+    from rich import box
+    from rich.table import Table
+
+    from synth import report, tune
+
     first = next((r.outcome for r in results if r.outcome is not None), None)
     name = first.workload.name if first else base.workload
     hw = first.hardware.name if first else base.hardware
@@ -633,6 +483,17 @@ def tune_table(base: Request, axes: Sequence[tune.Axis],
 
 
 def run_tune(base: Request, vary: Sequence[str], as_json: bool, csv_path: Path | None) -> int:
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+
+    from synth import tune
+
     axes = tune.parse_axes(vary, base)
     variants = tune.make_variants(base, axes)  # bad input stops here, before any solve
     # the bar goes where it cannot corrupt the output: stdout for the table, stderr for
@@ -652,10 +513,10 @@ def run_tune(base: Request, vary: Sequence[str], as_json: bool, csv_path: Path |
         tune.write_csv(csv_path, axes, results)
     if as_json:
         data = tune.to_json(base, axes, results)
-        sys.stdout.write(json.dumps(data, indent=2, allow_nan=False) + "\n")
-    else:
-        make_console().print(tune_table(base, axes, results))
-    return tune.exit_code(results)
+        text = json.dumps(data, indent=2, allow_nan=False) + "\n"
+        return delivered(tune.exit_code(results), lambda: print(text, end=""))
+    return delivered(tune.exit_code(results),
+                     lambda: make_console().print(tune_table(base, axes, results)))
 
 
 @app.command("tune")
@@ -703,8 +564,11 @@ def tune_command(
     any solve); with --validate, 4 when a variant's validation failed.
     """
     def action() -> int:
-        base = Request(workload, hw, parse_size_settings(sizes or []), tuple(hw_set or []),
-                       check_solver(solver), check_time_limit(time_limit),
+        sized = parse_size_settings(sizes or [])
+        solver_name, limit = check_solver(solver), check_time_limit(time_limit)
+        from synth.pipeline import Request
+
+        base = Request(workload, hw, sized, tuple(hw_set or []), solver_name, limit,
                        validate=validate, constraints=tuple(constraint or []),
                        fixes=tuple(fix or []), drops=tuple(drop or []), binding=True)
         return run_tune(base, vary or [], as_json, csv_path)
@@ -712,73 +576,12 @@ def tune_command(
     raise typer.Exit(guarded(action))
 
 
-def workload_summary(name: str) -> str:
-    """A one-phrase description of a built-in workload from its leading comment block.
-
-    Built-ins open with `# name: phrase (source): details...`; the phrase before the
-    first ': ' is what a listing needs, the rest stays in the file."""
-    text = (resources.files("synth") / "workloads" / f"{name}.syn").read_text(encoding="utf-8")
-    lines: list[str] = []
-    for raw in text.splitlines():
-        stripped = raw.strip()
-        if not stripped.startswith("#") or stripped == "#":
-            break
-        lines.append(stripped.lstrip("#").strip())
-    summary = " ".join(lines).removeprefix(f"{name}:").strip()
-    head, sep, _ = summary.partition(": ")
-    return head if sep else summary.partition(". ")[0]
-
-
-def workloads_table() -> Table:
-    table = Table(title="Built-in workloads", box=box.SIMPLE_HEAD, title_justify="left")
-    table.add_column("name", no_wrap=True)
-    table.add_column("sizes")
-    table.add_column("stmts", justify="right", no_wrap=True)
-    table.add_column("description")
-    for name in list_builtin_workloads():
-        try:
-            wl = load_workload(name)
-            sizes = " ".join(f"{k}={v}" for k, v in wl.sizes.items())
-            count = str(len(wl.statements))
-        except SynthError as exc:  # a broken built-in should not hide the others
-            sizes, count = f"error: {exc}", "-"
-        table.add_row(name, sizes, count, workload_summary(name))
-    return table
-
-
-def hardware_description(name: str) -> str:
-    """The model's `description`, read from its TOML (the Hardware data does not keep it)."""
-    path = resources.files("synth") / "hardware" / f"{name}.toml"
-    tree = tomllib.loads(path.read_text(encoding="utf-8"))
-    return str(tree.get("description", ""))
-
-
-def hardware_table() -> Table:
-    table = Table(title="Built-in hardware models", box=box.SIMPLE_HEAD, title_justify="left")
-    table.add_column("name", no_wrap=True)
-    table.add_column("counts", no_wrap=True)
-    table.add_column("memories", no_wrap=True)
-    table.add_column("description")
-    for name in list_builtin_hardware():
-        try:
-            hw = load_hardware(name)
-            counts = ", ".join(f"{lv.symbol} {lv.count_min}..{lv.count_max}"
-                               for lv in hw.levels if lv.symbol is not None)
-            memories = " > ".join(m.name for m in hw.memories)
-        except SynthError as exc:
-            counts, memories = f"error: {exc}", "-"
-        table.add_row(name, counts, memories, hardware_description(name))
-    return table
-
-
 @app.command("list")
 def list_builtins() -> None:
     """List the built-in workloads and hardware models."""
     def action() -> int:
-        console = make_console()
-        console.print(workloads_table())
-        console.print(hardware_table())
-        return EXIT_OK
+        from synth import render
+        return delivered(EXIT_OK, render.print_list)
 
     raise typer.Exit(guarded(action))
 

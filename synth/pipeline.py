@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from synth import progress
 from synth.constraints import cpsat, exhaustive, explain, greedy, user, z3backend
 from synth.constraints.cost import Model, build_model, evaluate_cost
 from synth.constraints.result import SolveResult, Status
@@ -296,6 +297,7 @@ def run(request: Request) -> Outcome:
     timings: dict[str, float] = {}
 
     def timed(name: str, fn: Any, *args: Any) -> Any:
+        progress.stage(name)
         start = time.perf_counter()
         value = fn(*args)
         timings[name] = time.perf_counter() - start

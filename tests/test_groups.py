@@ -265,7 +265,8 @@ def test_show_constraints_lists_groups_and_exits_0() -> None:
 
 
 def test_binding_groups_in_json_and_human_output() -> None:
-    args = ["solve", "softmax", "--hw", "upmem", "--set", "N=4096", "--constraint", "T <= 4"]
+    args = ["solve", "softmax", "--hw", "upmem", "--set", "N=4096", "--constraint", "T <= 4",
+            "--binding"]
     result = invoke(*args, "--json")
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
@@ -281,9 +282,11 @@ def test_binding_groups_in_json_and_human_output() -> None:
     assert "yes:" in result.stdout
 
 
-def test_no_binding_skips_the_re_solves_and_says_so() -> None:
+@pytest.mark.parametrize("flag", [(), ("--no-binding",)])
+def test_no_binding_skips_the_re_solves_and_says_so(flag: tuple[str, ...]) -> None:
+    """The binding analysis is off by default; --no-binding says so explicitly."""
     args = ["solve", "softmax", "--hw", "upmem", "--set", "N=4096", "--constraint", "T <= 4",
-            "--no-binding", "--no-validate"]
+            *flag, "--no-validate"]
     result = invoke(*args, "--json")
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)

@@ -12,6 +12,7 @@ import dataclasses
 import time
 from collections.abc import Callable, Iterable
 
+from synth import progress
 from synth.constraints import expr as ex
 from synth.constraints.result import SolveResult, Status
 from synth.constraints.space import ConstraintSet, NamedConstraint, is_fusion_decision
@@ -310,6 +311,7 @@ def solve_by_covers(cset: ConstraintSet, time_limit_s: float, solver: str,
         if result.env is not None and result.objective is not None and (
                 best is None or best.objective is None or result.objective < best.objective):
             best, best_cover = result, cover
+            progress.best(result.objective)  # the live status (a no-op off a terminal)
     wall = time.perf_counter() - start
     if best is None or best.env is None:
         return SolveResult(solver, Status.INFEASIBLE if proven else Status.TIMEOUT, wall,
