@@ -14,11 +14,17 @@ from synth.constraints import expr as ex
 from synth.constraints.result import SolveResult, Status
 
 TINY_WRAM = ("wram.capacity=16B", "wram.reserved=0")
+# Deterministic limits: each z3 check may use this many of z3's resource units (the
+# largest check of these cases uses 3.2e7), and the clock is far away, so a verdict does
+# not depend on how fast or busy the machine is (at load 7-12 on 2 cores two cases once
+# hit a 30 s wall-clock limit here).
+RLIMIT = 10**9
+NO_CLOCK_S = 3600.0
 
 
 @functools.cache
 def z3_optimum(case: Case) -> SolveResult:
-    return z3backend.solve(build(case).model.constraints, 30.0)
+    return z3backend.solve(build(case).model.constraints, NO_CLOCK_S, RLIMIT)
 
 
 def check_solution(case: Case, result: SolveResult) -> None:
@@ -96,7 +102,7 @@ def test_cases_cover_a_split_reduction_and_padding() -> None:
 def test_infeasible_capacity_is_infeasible() -> None:
     # three tensors of at least 8 bytes (the DMA minimum) cannot share 16 bytes of WRAM
     cset = build(Case.of("va", "upmem", {"N": 20}, SMALL_UPMEM + TINY_WRAM)).model.constraints
-    result = z3backend.solve(cset, 30.0)
+    result = z3backend.solve(cset, NO_CLOCK_S, RLIMIT)
     assert result.status is Status.INFEASIBLE and result.env is None
 
 
@@ -104,18 +110,26 @@ def test_space_without_decisions() -> None:
     case = Case.of("va", "upmem", {"N": 1})
     cset = build(case).model.constraints
     assert not cset.decisions
-    result = z3backend.solve(cset, 10.0)
+    result = z3backend.solve(cset, NO_CLOCK_S, RLIMIT)
     assert result.status is Status.OPTIMAL
     assert result.objective == ex.evaluate(cset.objective, cset.complete({}))
     tiny = build(Case.of("va", "upmem", {"N": 1}, TINY_WRAM)).model.constraints
-    assert z3backend.solve(tiny, 10.0).status is Status.INFEASIBLE
+    assert z3backend.solve(tiny, NO_CLOCK_S, RLIMIT).status is Status.INFEASIBLE
 
 
 def test_same_input_same_schedule() -> None:
     case = Case.of("matmul", "cpu", {"M": 16, "N": 8, "K": 32}, TWO_CORES)
     cset = build(case).model.constraints
-    first, second = z3backend.solve(cset, 30.0), z3backend.solve(cset, 30.0)
+    first = z3backend.solve(cset, NO_CLOCK_S, RLIMIT)
+    second = z3backend.solve(cset, NO_CLOCK_S, RLIMIT)
     assert first.env == second.env and first.objective == second.objective
+
+
+def test_a_resource_limit_is_not_claimed_optimal() -> None:
+    """Deterministically out of resources: the same verdict on any machine."""
+    cset = build(Case.of("matmul", "upmem", {"M": 64, "N": 64, "K": 64})).model.constraints
+    result = z3backend.solve(cset, NO_CLOCK_S, rlimit=1000)
+    assert result.status is Status.TIMEOUT and result.env is None
 
 
 def test_out_of_time_is_not_claimed_optimal() -> None:

@@ -362,21 +362,26 @@ def _over_sums(term: ex.Int) -> bool:
 # ---------------------------------------------------------------- solving
 
 
-def solve(cset: ConstraintSet, time_limit_s: float = 30.0) -> SolveResult:
+def solve(cset: ConstraintSet, time_limit_s: float = 30.0, rlimit: int | None = None
+          ) -> SolveResult:
     """Minimise the objective of `cset`: status, solution and proven bound.
 
-    Independent parts are solved one by one (see `decompose`)."""
+    Independent parts are solved one by one (see `decompose`). `rlimit` bounds each of
+    z3's checks by its deterministic resource count (z3's `rlimit`, the same on any
+    machine), so that whether a check finishes does not depend on the machine's speed
+    (the tests use it with a generous time limit); a check past it ends as one past the
+    time limit does (TIMEOUT, or FEASIBLE with the best schedule found)."""
     z3.set_param("smt.random_seed", SEED)
     z3.set_param("sat.random_seed", SEED)
     solved = PartCache()  # parts that recur across fusion covers
     return solve_by_covers(cset, time_limit_s, "z3", lambda fixed, limit, cutoff: (
         solve_by_parts(fixed, limit, "z3",
-                       lambda part, left, most: _solve_part(part, left, most),
+                       lambda part, left, most: _solve_part(part, left, most, rlimit),
                        solved, cutoff)))
 
 
-def _solve_part(cset: ConstraintSet, time_limit_s: float, cutoff: int | None = None
-                ) -> SolveResult:
+def _solve_part(cset: ConstraintSet, time_limit_s: float, cutoff: int | None = None,
+                rlimit: int | None = None) -> SolveResult:
     """The optimum of one part; with `cutoff`, INFEASIBLE when none is at most that."""
     start = time.perf_counter()
     if not cset.decisions:  # nothing to decide: every constraint is about constants
@@ -397,6 +402,8 @@ def _solve_part(cset: ConstraintSet, time_limit_s: float, cutoff: int | None = N
     ctx = z3.Context()
     solver = z3.Solver(ctx=ctx)
     solver.set("random_seed", SEED)
+    if rlimit is not None:
+        solver.set("rlimit", rlimit)
     solver.from_string("\n".join(lowering.lines))
     stats: dict[str, int | float | str] = {
         "booleans": lowering.count, "clauses": lowering.clauses, "checks": 0}
@@ -426,6 +433,7 @@ def _solve_part(cset: ConstraintSet, time_limit_s: float, cutoff: int | None = N
     if found == z3.unsat:
         return SolveResult("z3", Status.INFEASIBLE, time.perf_counter() - start, stats=stats)
     if found != z3.sat:
+        stats["unknown"] = solver.reason_unknown() or "timeout"  # z3's word for it
         return SolveResult("z3", Status.TIMEOUT, time.perf_counter() - start, stats=stats)
     env, best = decode()
     while lo < best:
