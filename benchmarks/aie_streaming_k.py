@@ -12,7 +12,7 @@ is a `synth solve` with `--fix`es (printed), solved by CP-SAT and priced by the 
   along n), 32x32 of C per core in L1, K tiled 256 from L3 to L2 and 32 from L2 to L1,
   single buffered. Synth's L2 tiles are per core (the memtile's share), so the seed's
   64x64 L2 block of the 2x2 group is four 32x32 L2 tiles here.
-- pack-peel (approximate): iree-amd-aie's default on npu1 (design/hardware-facts.md):
+- pack-peel (approximate): iree-amd-aie's default on npu1 (docs/hardware-facts.md):
   the whole 4x4 array (4 columns along m, 4 cores along n), K tile 32 at L2 and L1, L1
   double buffered, packed; its L1 tile search (16..128 per dimension, multiples of the
   intrinsic) is left to the solver, which picks the best such tile under the model.

@@ -1,8 +1,8 @@
 """Read hardware models from TOML files into `synth.hardware.Hardware`.
 
 A model is a built-in name (a file `synth/hardware/<name>.toml` shipped in the package) or a
-path to a TOML file. The format is documented key by key in the comment block at the top of
-every built-in file. Reading is three steps, each a plain function of plain data:
+path to a TOML file. The format is documented key by key in docs/hardware.md. Reading is
+three steps, each a plain function of plain data:
 
 1. parse the TOML text into a tree of dicts and lists;
 2. apply `--hw-set KEY=VALUE` overrides to that tree, so an overridden value goes through

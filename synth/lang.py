@@ -1,7 +1,7 @@
 """The `.syn` workload language: tokenizer, recursive-descent parser and checks.
 
 A `.syn` file is line oriented: each non-blank line is one declaration (`size`, `in`,
-`out`) or one statement `TARGET[IDX, ...] OP EXPR` (DESIGN.md section 3). Parsing and
+`out`) or one statement `TARGET[IDX, ...] OP EXPR` (docs/language.md, the reference). Parsing and
 checking happen in one pass over the lines, because every rule of the language is
 "defined before use": a size before the dimension that names it, a tensor before the
 access that reads it. Every error a user can make in a file is a `LocatedError` that

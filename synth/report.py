@@ -1,6 +1,6 @@
 """The report of one `synth solve`: plain, JSON-ready data derived from an `Outcome`.
 
-`to_json` is the machine-readable report of DESIGN.md section 8; the CLI's human output is
+`to_json` is the machine-readable report (README.md, `--json`); the CLI's human output is
 rendered from the same pieces (`variable_rows`, `placements`, `cost_parts`, ...), so the
 two cannot disagree. Everything here reads the outcome and never runs a stage again.
 
@@ -389,7 +389,7 @@ def emitted_json(outcome: Outcome) -> dict[str, Any]:
 
 
 def to_json(outcome: Outcome) -> dict[str, Any]:
-    """The JSON report of DESIGN.md section 8, plus `sizes`, `buffers`, `binding`,
+    """The JSON report (README.md, `--json`), with `sizes`, `buffers`, `binding`,
     `constraint_groups`, `timings` and `loop_nest`; strictly serialisable
     (`json.dumps(..., allow_nan=False)` succeeds)."""
     program = outcome.program
