@@ -26,6 +26,7 @@ output `errorbound.LAMBDA` such scales (`tolerance`). Integers must match exactl
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable, Mapping
 from typing import NamedTuple
 
@@ -65,7 +66,9 @@ def make_inputs(workload: Workload, seed: int = 0) -> dict[str, np.ndarray]:
 
     Floats are uniform in [-1, 1); integers are in [1, 3], small and nonzero so that
     products and sums stay far from overflow at the built-in sizes and `/` is safe.
+    A workload whose validation cannot fit this machine's memory is bad input.
     """
+    check_memory(workload)
     rng = np.random.default_rng(seed)
     values: dict[str, np.ndarray] = {}
     for tensor in workload.inputs:
@@ -77,6 +80,27 @@ def make_inputs(workload: Workload, seed: int = 0) -> dict[str, np.ndarray]:
             drawn = rng.integers(1, 4, size=tensor.shape, dtype=np.int64)
             values[tensor.name] = np.asarray(drawn.astype(tensor.dtype.numpy))
     return values
+
+
+WORKING_COPIES = 3
+"""Float64 arrays per tensor element that validating holds at once: the reference's value,
+its error scale and the interpreter's (temporaries are dropped no earlier)."""
+
+
+def check_memory(workload: Workload) -> None:
+    """Validating needs its tensors in float64, `WORKING_COPIES` times: more than this
+    machine's physical memory is bad input (exit 2), not a crash deep in NumPy."""
+    needed = WORKING_COPIES * 8 * sum(math.prod(t.shape) for t in workload.tensors.values())
+    try:
+        physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):  # not a POSIX system: let NumPy decide
+        return
+    if needed > physical:
+        raise InputError(f"validating workload '{workload.name}' needs about "
+                         f"{needed / 2**30:.3g} GiB (its tensors in float64, "
+                         f"{WORKING_COPIES} copies), more than this machine's "
+                         f"{physical / 2**30:.3g} GiB; rerun with --no-validate or with "
+                         f"smaller sizes (--set)")
 
 
 def _checked_inputs(workload: Workload, inputs: Mapping[str, np.ndarray]) -> dict[str, _Array]:
