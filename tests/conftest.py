@@ -10,8 +10,12 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import importlib
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -29,6 +33,16 @@ from synth.ir.verify import verify
 from synth.lang import load_workload, parse_workload
 from synth.pipeline import encode
 from synth.workload import Workload
+
+BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+
+
+def benchmark_module(name: str) -> ModuleType:
+    """A script of benchmarks/ as a module (benchmarks/ is not a package)."""
+    if str(BENCHMARKS) not in sys.path:
+        sys.path.insert(0, str(BENCHMARKS))
+    return importlib.import_module(name)
+
 
 # UPMEM with few units, so that spaces stay small enough to enumerate
 SMALL_UPMEM = ("rank.count=1..2", "dpu.count=1..4", "tasklet.count=1..4")

@@ -12,27 +12,15 @@ thousands of such inputs and reports their times (`benchmarks/RESULTS.md`).
 
 from __future__ import annotations
 
-import importlib
 import random
-import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
+from conftest import benchmark_module
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
-
-
-def _load() -> ModuleType:
-    """The benchmark script as a module (benchmarks/ is not a package)."""
-    if str(BENCHMARKS) not in sys.path:
-        sys.path.insert(0, str(BENCHMARKS))
-    return importlib.import_module("fuzz")
-
-
-fuzz = _load()
+fuzz = benchmark_module("fuzz")
 FUZZ = settings(max_examples=30, deadline=None, derandomize=True, database=None,
                 suppress_health_check=[HealthCheck.function_scoped_fixture,
                                        HealthCheck.too_slow])

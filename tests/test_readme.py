@@ -5,24 +5,12 @@ Regenerate them with `python benchmarks/readme_examples.py`."""
 
 from __future__ import annotations
 
-import importlib
-import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
+from conftest import benchmark_module
 
-BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
-
-
-def _load() -> ModuleType:
-    """The script as a module (benchmarks/ is not a package)."""
-    if str(BENCHMARKS) not in sys.path:
-        sys.path.insert(0, str(BENCHMARKS))
-    return importlib.import_module("readme_examples")
-
-
-examples = _load()
+examples = benchmark_module("readme_examples")
 README_BLOCKS = examples.blocks_in(examples.README.read_text(encoding="utf-8"))
 
 

@@ -6,15 +6,12 @@ gives the same cost, and synth's CP-SAT optimum is no worse than it or the greed
 from __future__ import annotations
 
 import functools
-import importlib
 import json
 import shlex
-import sys
-from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
+from conftest import benchmark_module
 from typer.testing import CliRunner
 
 from synth import pipeline
@@ -22,17 +19,7 @@ from synth.cli import app
 from synth.constraints.result import Status
 
 SIZES = {"N": 65536}
-BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
-
-
-def _load() -> ModuleType:
-    """The benchmark script as a module (benchmarks/ is not a package)."""
-    if str(BENCHMARKS) not in sys.path:
-        sys.path.insert(0, str(BENCHMARKS))
-    return importlib.import_module("seed_softmax")
-
-
-seed = _load()
+seed = benchmark_module("seed_softmax")
 
 
 @functools.cache
