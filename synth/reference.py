@@ -476,9 +476,11 @@ def _block_terms(stmt: Statement, values: Mapping[str, _Array], sigmas: Mapping[
                         np.sum(coh, axis=axes))
     if stmt.op is ReduceOp.MUL:  # relative errors
         with np.errstate(all="ignore"):
-            return eb.Terms(_ZERO, np.sum(ind / (value * value), axis=axes),
+            relative = np.sum(ind / (value * value), axis=axes)
+            return eb.Terms(np.zeros_like(relative), relative,
                             np.sum(coh / np.abs(value), axis=axes))
-    return eb.Terms(_ZERO, _ZERO, np.max(np.sqrt(ind + coh * coh), axis=axes))
+    largest = np.max(np.sqrt(ind + coh * coh), axis=axes)
+    return eb.Terms(np.zeros_like(largest), np.zeros_like(largest), largest)
 
 
 def _eval_err(expr: Expr, env: _Env, p: eb.Precision) -> tuple[_Array, eb.Err]:

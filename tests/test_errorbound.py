@@ -137,3 +137,24 @@ def test_f16_rounds_more_than_f32() -> None:
     s32 = float(evaluate_errors(f32, inputs)[1]["s"])
     s16 = float(evaluate_errors(f16, {"x": inputs["x"].astype(np.float16)})[1]["s"])
     assert s16 > 1000 * s32
+
+
+@pytest.mark.parametrize(("target", "op"), [
+    ("y[i]", "+="), ("y[i]", "max="), ("y[i]", "min="), ("y[i]", "*="),  # blocks of i
+    ("y[]", "+="), ("y[]", "max="), ("y[]", "*="),  # blocks of the reduced i
+    ("y[i, k]", "="),
+])
+def test_blocks_give_the_error_scales_one_block_gives(target: str, op: str,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Large statements are evaluated in blocks of `CHUNK_ELEMENTS` (split along their
+    first dimension, a target index or a reduced one): the same values and scales."""
+    shape = "[N, K]" if target == "y[i, k]" else "[N]" if target == "y[i]" else "[]"
+    text = (f"size N = 16\nsize K = 12\nin a : f32[N, K]\nin b : f32[N]\n"
+            f"out y : f32{shape}\n{target} {op} exp(a[i, k]) * 0.5 + b[i]\n")
+    workload = parse_workload(text, "b.syn", "b")
+    inputs = make_inputs(workload, 5)
+    whole, whole_sigma = evaluate_errors(workload, inputs)
+    monkeypatch.setattr(reference, "CHUNK_ELEMENTS", 24)
+    split, split_sigma = evaluate_errors(workload, inputs)
+    np.testing.assert_allclose(whole["y"], split["y"], rtol=1e-6)
+    np.testing.assert_allclose(whole_sigma["y"], split_sigma["y"], rtol=1e-9)
