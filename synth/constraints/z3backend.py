@@ -46,6 +46,7 @@ default sizes has 4,610 values).
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Sequence
 
@@ -64,7 +65,8 @@ TRUE, FALSE = "true", "false"
 
 
 class Unsupported(Exception):
-    """A term has too many possible values for a one-hot."""
+    """A term has too many possible values for a one-hot, or the encoding ran past the
+    time limit."""
 
 
 def _num(n: int) -> str:
@@ -89,8 +91,11 @@ _OPS: dict[type, Callable[[int, int], int]] = {
 class Lowering:
     """The SMT-LIB text of one ConstraintSet whose definitions are inlined."""
 
-    def __init__(self, cset: ConstraintSet) -> None:
+    def __init__(self, cset: ConstraintSet, deadline: float = math.inf) -> None:
+        """`deadline` (a `time.perf_counter()` value): the encoding of a large one-hot
+        stops there, so that the time limit bounds it as it bounds the search."""
         self.cset = cset
+        self.deadline = deadline
         self.lines: list[str] = []
         self.count = 0
         self.clauses = 0
@@ -157,6 +162,8 @@ class Lowering:
         lo, hi = ex.bounds(term, self.domains, self.cset.groups)
         by_value: dict[int, list[tuple[str, str]]] = {}
         for la, va in a:
+            if time.perf_counter() > self.deadline:
+                raise Unsupported("encoding it ran past the time limit")
             for lb, vb in b:
                 value = fn(va, vb)
                 if value is None or not lo <= value <= hi:
@@ -389,7 +396,7 @@ def _solve_part(cset: ConstraintSet, time_limit_s: float, cutoff: int | None = N
         if cset.violated({}) or (cutoff is not None and value > cutoff):
             return SolveResult("z3", Status.INFEASIBLE, 0.0)
         return SolveResult("z3", Status.OPTIMAL, 0.0, {}, value, value)
-    lowering = Lowering(cset)
+    lowering = Lowering(cset, start + time_limit_s)
     try:
         for constraint in cset.constraints:
             lowering.require(constraint.cond)
