@@ -245,6 +245,7 @@ def test_products_past_64_bits_are_bounded_or_bad_input() -> None:
     ["solve", "softmax", "--hw", "upmem", "--set", "N=64", "--constraint",
      "Q.y.i * 99999999999999999999 <= 1"],
     ["solve", "softmax", "--hw", "upmem", "--time-limit", "inf"],
+    ["solve", "softmax", "--hw", "upmem", "--time-limit", "٣"],
     ["solve", "fa6", "--hw", "upmem", "--set", f"S={2**32}"],
     ["tune", "softmax", "--hw", "upmem", "--vary", "set:N=²"],
     ["tune", "softmax", "--hw", "upmem", "--set", "N=64", "--vary",
@@ -254,3 +255,18 @@ def test_command_line_numbers_are_checked(args: list[str]) -> None:
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 2, result.output
     assert "error: " in result.output and "internal error" not in result.output
+
+
+@pytest.mark.parametrize("dtype", ["f16", "i8"])
+def test_alignment_of_runs_from_a_streamed_root_is_enforced(dtype: str, tmp_path: Path
+                                                            ) -> None:
+    """On aie (streams = true) the root memory's loops run inside the cores, so a core's
+    run from DDR starts inside the tensor: with 2- or 1-byte elements and 4-byte aligned
+    transfers, the encoding must not take one core's share of DDR for the whole row (the
+    verifier then refused the optimum: "expected 4-byte aligned runs into l2, got 2-byte
+    runs", exit 4)."""
+    path = tmp_path / "small.syn"
+    path.write_text(f"size N = 3\nsize M = 128\nin x : {dtype}[M]\nout y : {dtype}[N]\n"
+                    "t[j] = x[j]\ny[i] max= 2\n")
+    outcome = pipeline.run(pipeline.Request(str(path), "aie", validate=False))
+    assert outcome.result.status is Status.OPTIMAL and outcome.program is not None

@@ -516,7 +516,7 @@ def transfer_rule_constraints(kt: KernelTerms, workload: Workload) -> list[Named
                     ex.Cmp(padded, ">=", ex.const(rules.min_bytes))))
             if rules.align > 1 and use.indices:
                 whole_row = ex.Cmp(kt.tile(use.indices[-1], slot), "==",
-                                   kt.tile(use.indices[-1], _parent_slot(kt, slot)))
+                                   _parent_row(kt, use.indices[-1], slot))
                 aligned = ex.fold(ex.Cmp(ex.mul(rules.align, ex.ceil_div(run, rules.align)),
                                          "==", run))
                 if aligned == ex.TRUE:  # whole elements are aligned already (i32, 4 B)
@@ -950,6 +950,17 @@ def _memory_slots(kt: KernelTerms) -> list[tuple[int, Memory]]:
 
 def _parent_slot(kt: KernelTerms, slot: int) -> int:
     return max(i for i in range(slot) if kt.slots[i].kind is SlotKind.TEMPORAL)
+
+
+def _parent_row(kt: KernelTerms, dim: str, slot: int) -> ex.Int:
+    """How much of `dim` the buffer a tile at `slot` is copied from holds: its parent
+    memory's tile, or the whole (padded) dimension when that is the root memory, which
+    holds whole tensors (with `streams`, its slot comes after the spatial ones, so its
+    tile is one unit's share, not the buffer)."""
+    parent = _parent_slot(kt, slot)
+    if kt.slots[parent].name == kt.hw.root_memory.name:
+        return kt.tile(dim, 0)
+    return kt.tile(dim, parent)
 
 
 def evaluate_cost(model: Model, env: dict[str, int]) -> dict[str, int]:
