@@ -22,6 +22,7 @@ from __future__ import annotations
 import errno
 import io
 import json
+import math
 import os
 import re
 import sys
@@ -194,10 +195,17 @@ def check_solver(solver: str) -> str:
     return solver
 
 
-def check_time_limit(seconds: float) -> float:
+_SECONDS = re.compile(r"[0-9]+(\.[0-9]*)?([eE][+-]?[0-9]+)?|\.[0-9]+([eE][+-]?[0-9]+)?")
+
+
+def check_time_limit(text: str | float) -> float:
+    """`--time-limit SEC`: a positive number in ASCII digits (Python's `float()` reads
+    `٣٢` as 32), at most `MAX_TIME_LIMIT_S`."""
+    given = str(text).strip()
+    seconds = float(given) if _SECONDS.fullmatch(given) else math.nan
     if not 0 < seconds <= MAX_TIME_LIMIT_S:  # also rejects NaN and infinity
-        raise InputError(f"--time-limit {seconds}: expected a positive number of seconds, "
-                         f"at most {MAX_TIME_LIMIT_S:.0f}")
+        raise InputError(f"--time-limit {given}: expected a positive number of seconds "
+                         f"(digits 0-9), at most {MAX_TIME_LIMIT_S:.0f}")
     return seconds
 
 
@@ -372,8 +380,8 @@ def solve(
         help="Override a hardware parameter, e.g. wram.capacity=32KiB (repeatable).")] = None,
     solver: Annotated[str, typer.Option(
         help=f"Solver backend: {' | '.join(SOLVERS)}.")] = "cpsat",
-    time_limit: Annotated[float, typer.Option(
-        "--time-limit", metavar="SEC", help="Solver time limit in seconds.")] = 30.0,
+    time_limit: Annotated[str, typer.Option(
+        "--time-limit", metavar="SEC", help="Solver time limit in seconds.")] = "30",
     as_json: Annotated[bool, typer.Option(
         "--json", help="Print one JSON report object to stdout and nothing else.")] = False,
     no_validate: Annotated[bool, typer.Option(
@@ -544,9 +552,9 @@ def tune_command(
         "--drop", metavar="GROUP", help="Drop a constraint group in every variant.")] = None,
     solver: Annotated[str, typer.Option(
         help=f"Solver backend: {' | '.join(SOLVERS)}.")] = "cpsat",
-    time_limit: Annotated[float, typer.Option(
+    time_limit: Annotated[str, typer.Option(
         "--time-limit", metavar="SEC", help="Solver time limit per variant, in seconds.")
-    ] = 30.0,
+    ] = "30",
     validate: Annotated[bool, typer.Option(
         "--validate/--no-validate",
         help="Run each variant's loop nest against NumPy (off by default: it costs more "
