@@ -283,9 +283,10 @@ def infeasible_message(outcome: Outcome) -> str:
             f"'{outcome.hardware.name}'")
     if not outcome.explanation:
         inner = outcome.hardware.memories[-1].name
-        return (f"{head}: every candidate breaks a constraint. Relax the hardware with "
-                f"--hw-set (e.g. --hw-set {inner}.capacity=SIZE) or change the problem "
-                f"sizes with --set NAME=INT.")
+        return (f"{head}, and no constraint group that --drop could relax was found to "
+                f"cause it (or the checks that look for one ran out of time). Relax the "
+                f"hardware with --hw-set (e.g. --hw-set {inner}.capacity=SIZE) or change "
+                f"the problem sizes with --set NAME=INT.")
     lines = [f"{head}: no schedule meets this constraint group:"
              if len(outcome.explanation) == 1 else
              f"{head}: these constraint groups conflict (a minimal set: without any one "

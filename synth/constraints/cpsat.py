@@ -9,6 +9,7 @@ directions so the boolean means exactly the condition.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import gc
 import math
 import time
@@ -233,13 +234,48 @@ def solve(cset: ConstraintSet, time_limit_s: float = 30.0, workers: int = 1,
     kernel that is in several) is solved once. One model over all covers leaves CP-SAT
     to search fusion and tiling together, and with prologue and epilogue candidates that
     took over 30 s on attention/upmem where the covers take about a second. One worker
-    and a fixed seed make the result deterministic."""
+    and a fixed seed make the result deterministic.
+
+    A verdict of INFEASIBLE (without `cutoff`) is confirmed before it is returned: the
+    whole problem is solved again without CP-SAT's presolve (`confirm_infeasible`)."""
+    start = time.perf_counter()
+    result = _solve(cset, time_limit_s, workers, cutoff, cache, presolve=True)
+    if result.status is not Status.INFEASIBLE or cutoff is not None:
+        return result
+    left = time_limit_s - (time.perf_counter() - start)
+    return confirm_infeasible(result, _solve(cset, max(left, MIN_CONFIRM_S), workers, None,
+                                             None, presolve=False))
+
+
+MIN_CONFIRM_S = 1.0  # the confirmation of INFEASIBLE gets at least this much time
+
+
+def confirm_infeasible(verdict: SolveResult, again: SolveResult) -> SolveResult:
+    """The verdict INFEASIBLE given the same problem solved again without presolve:
+    confirmed when that is INFEASIBLE too; when it found a schedule, that schedule (the
+    first verdict was a solver defect); when it ran out of time, no verdict (TIMEOUT)."""
+    wall = verdict.wall_s + again.wall_s
+    stats = {**verdict.stats, "confirmed_without_presolve": int(
+        again.status is Status.INFEASIBLE)}
+    if again.status is Status.INFEASIBLE:
+        return dataclasses.replace(verdict, wall_s=wall, stats=stats)
+    if again.env is not None:
+        return dataclasses.replace(again, wall_s=wall, stats={
+            **again.stats, "presolve_disagreed": 1})
+    return SolveResult(verdict.solver, Status.TIMEOUT, wall, stats={
+        **stats, "unknown": "CP-SAT with presolve found the problem infeasible, and "
+                            "without presolve neither confirmed it nor found a schedule "
+                            "in time"})
+
+
+def _solve(cset: ConstraintSet, time_limit_s: float, workers: int, cutoff: int | None,
+           cache: PartCache | None, presolve: bool) -> SolveResult:
     solved = PartCache() if cache is None else cache  # parts that recur across covers
     with _without_cycle_collection():
         return solve_by_covers(cset, time_limit_s, "cpsat", lambda cover, limit, most: (
             solve_by_parts(cover, limit, "cpsat",
-                           lambda part, left, share: _solve_part(part, left, workers, share,
-                                                                 solved.bounds),
+                           lambda part, left, share: _solve_part(
+                               part, left, workers, share, solved.bounds, presolve),
                            solved, most)), cutoff)
 
 
@@ -259,10 +295,11 @@ def _without_cycle_collection() -> Iterator[None]:
 
 
 def _solve_part(cset: ConstraintSet, time_limit_s: float, workers: int,
-                cutoff: int | None = None, bounds_memo: ex.BoundsMemo | None = None
-                ) -> SolveResult:
+                cutoff: int | None = None, bounds_memo: ex.BoundsMemo | None = None,
+                presolve: bool = True) -> SolveResult:
     """The optimum of one part; with `cutoff`, INFEASIBLE when none is at most that.
-    `bounds_memo` is shared by the parts of one problem (see `Lowering`)."""
+    `bounds_memo` is shared by the parts of one problem (see `Lowering`); `presolve`
+    False solves without CP-SAT's presolve (to confirm an INFEASIBLE)."""
     if all(len(values) == 1 for values in cset.decisions.values()):
         # nothing to decide (constants, or a fusion cover's fixed decisions): evaluate
         env = {name: values[0] for name, values in cset.decisions.items()}
@@ -279,6 +316,7 @@ def _solve_part(cset: ConstraintSet, time_limit_s: float, workers: int,
         lowering.model.add(objective <= cutoff)
     lowering.model.minimize(objective)
     solver = new_solver(time_limit_s, workers)
+    solver.parameters.cp_model_presolve = presolve
     code = solver.solve(lowering.model)
     return _result(solver, code, lowering, time.perf_counter() - start)
 
@@ -309,6 +347,14 @@ def new_solver(time_limit_s: float, workers: int) -> cp_model.CpSolver:
     # bounds: fa6/upmem at S=16, D=8 has a part that is OPTIMAL in 0.01 s without the
     # cutoff and runs 30 s with it. Without probing the same proof takes 0.01 s.
     solver.parameters.cp_model_probing_level = 0
+    # CP-SAT 9.15 proves some feasible models infeasible at the root (no branch) when it
+    # detects "greater than at least one of" precedences among the enforced linear
+    # constraints that presolve makes of a product with a two-valued factor. Minimal
+    # reproducer (tests/test_sound.py): k in 1..1155368016, a in 1..2, b in 1..16,
+    # x == 1142857 + 2011427*k, y == x*a, z == y*b: INFEASIBLE, yet k = a = b = 1 is a
+    # solution (and it is OPTIMAL without presolve, or with this detection off). It made
+    # 4-D attention scores (B=2, H=12, S=512, E=64) infeasible on upmem (issue 12).
+    solver.parameters.auto_detect_greater_than_at_least_one_of = False
     return solver
 
 
