@@ -181,9 +181,15 @@ def hardware(request: Request) -> Hardware:
 def encode(workload: Workload, hw: Hardware, constraints: Sequence[str] = (),
            fixes: Sequence[str] = (), drops: Sequence[str] = ()) -> Model:
     """The model, then the user's constraints and fixes added, then dropped groups removed
-    (see `synth.constraints.user`)."""
-    model = build_model(workload, hw, candidate_kernels(workload))
+    (see `synth.constraints.user`). Unit counts the constraints and fixes name are
+    candidates of the model's spatial factors (`user.named_counts`)."""
+    kernels = candidate_kernels(workload)
+    model = build_model(workload, hw, kernels)
     extra = user.user_constraints(model, constraints, fixes)
+    named = user.named_counts(model, extra)
+    if named:  # counts the request names (--fix T=11) become candidates: build again
+        model = build_model(workload, hw, kernels, named=named)
+        extra = user.user_constraints(model, constraints, fixes)
     cset = dataclasses.replace(model.constraints,
                                constraints=model.constraints.constraints + tuple(extra))
     return dataclasses.replace(model, constraints=user.drop_groups(cset, drops))

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from synth.constraints import expr as ex
@@ -262,9 +262,12 @@ class Model:
 
 
 def build_model(workload: Workload, hw: Hardware, kernels: Sequence[KernelSpec],
-                extra: Sequence[NamedConstraint] = ()) -> Model:
+                extra: Sequence[NamedConstraint] = (),
+                named: Mapping[str, Collection[int]] | None = None) -> Model:
+    """The schedule space of `kernels` (the candidates) on `hw`; `named` adds unit counts
+    a request names to the spatial factors' candidates (`space.build_factors`)."""
     slots = hierarchy_slots(hw)
-    factors = build_factors(kernels, hw, slots)
+    factors = build_factors(kernels, hw, slots, named)
     domains = dict(factors.domains)
     chosen, cover = fusion_choices(workload, kernels, domains)
     terms = [with_pack_choice(with_buffer_choices(

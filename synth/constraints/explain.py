@@ -254,7 +254,8 @@ def facts(group: str, hw: Hardware) -> str | None:
     family, _, name = group.partition(".")
     if family == "tiling":
         return ("the factors of each loop dimension multiply exactly to its padded extent "
-                "(the extent, or it rounded up to a power of two or a unit count)")
+                "(the extent, or it rounded up to a multiple of a product of the "
+                "candidate factors: powers of two, divisors, unit counts)")
     if family == "capacity" and name in {m.name for m in hw.memories}:
         mem = hw.memory(name)
         text = (f"{name}: {_bytes(mem.capacity)} per {mem.instance_level}, {_bytes(mem.reserved)} "

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from synth.constraints import expr as ex
@@ -278,8 +278,10 @@ class Factors:
         return self.terms[(kernel, dim, slot)]
 
 
-def build_factors(kernels: Sequence[KernelSpec], hw: Hardware,
-                  slots: tuple[Slot, ...]) -> Factors:
+def build_factors(kernels: Sequence[KernelSpec], hw: Hardware, slots: tuple[Slot, ...],
+                  named: Mapping[str, Collection[int]] | None = None) -> Factors:
+    """The factors of every kernel's dimensions. `named` (level name -> unit counts)
+    adds counts a request names (`--fix D=60`) to that level's spatial candidates."""
     terms: dict[tuple[str, str, int], ex.Int] = {}
     extents: dict[tuple[str, str], ex.Int] = {}
     domains: dict[str, tuple[int, ...]] = {}
@@ -288,13 +290,14 @@ def build_factors(kernels: Sequence[KernelSpec], hw: Hardware,
     for kernel in kernels:
         for dim in kernel.dims:
             extent = kernel.extents[dim]
-            padded = padded_extents(extent, hw)
-            ext = _variable(domains, f"ext.{kernel.name}.{dim}", padded)
-            for index, slot in enumerate(slots):
-                if index != root_slot:
-                    name = var_name(slot.symbol, kernel.name, dim)
-                    terms[(kernel.name, dim, index)] = _variable(
-                        domains, name, _candidates(slot, hw, extent, padded[-1]))
+            largest = _largest_padding(extent, hw)
+            values = {index: _candidates(slot, hw, extent, largest, (named or {}).get(
+                slot.name, ())) for index, slot in enumerate(slots) if index != root_slot}
+            ext = _variable(domains, f"ext.{kernel.name}.{dim}",
+                            padded_extents(extent, list(values.values())))
+            for index, candidates in values.items():
+                name = var_name(slots[index].symbol, kernel.name, dim)
+                terms[(kernel.name, dim, index)] = _variable(domains, name, candidates)
             inner = ex.mul(*(terms[(kernel.name, dim, s)] for s in range(len(slots))
                              if s != root_slot))
             terms[(kernel.name, dim, root_slot)] = ex.exact_div(ext, inner)
@@ -323,29 +326,43 @@ def _root_temporal_slot(slots: tuple[Slot, ...], hw: Hardware) -> int:
                 and s.kind is SlotKind.TEMPORAL)
 
 
-def padded_extents(extent: int, hw: Hardware) -> tuple[int, ...]:
-    """What a dimension may be padded to: the extent itself, or the extent rounded up to
-    a power of two times 1 or a level's unit count. Tiles divide the padded extent, so a
-    dimension with no useful divisors (a prime) is still split evenly; the padding is
-    paid for in the cost."""
+def padded_extents(extent: int, candidates: Sequence[Collection[int]]) -> tuple[int, ...]:
+    """What a dimension may be padded to: the extent rounded up to a multiple of a
+    product of the other slots' candidate factors (each product that fits the extent).
+    Tiles divide the padded extent, so a dimension with no useful divisors (a prime), or
+    split across a count of units that does not divide it (60 DPUs, as PrIM pads for
+    them), is still split evenly; the padding is paid for in the cost."""
+    products = {1}
+    for values in candidates:
+        products = {p * v for p in products for v in values if p * v <= extent}
+    return tuple(sorted({-(-extent // q) * q for q in products}))
+
+
+def _largest_padding(extent: int, hw: Hardware) -> int:
+    """The largest value the power-of-two candidates of a factor reach: the extent
+    rounded up to a power of two times 1 or a level's unit count."""
     steps = {1 << k for k in range(extent.bit_length())}
     for level in hw.levels:
         steps |= {level.count_max << k for k in range(extent.bit_length())}
-    return tuple(sorted({-(-extent // q) * q for q in steps if q <= extent}))
+    return max(-(-extent // q) * q for q in steps if q <= extent)
 
 
-def _candidates(slot: Slot, hw: Hardware, extent: int, largest: int) -> tuple[int, ...]:
+def _candidates(slot: Slot, hw: Hardware, extent: int, largest: int,
+                named: Collection[int] = ()) -> tuple[int, ...]:
     """Values a factor may take: divisors of the extent and powers of two, and for a
-    spatial slot also the level's full count, all capped by the level's maximum.
+    spatial slot also the level's full count and every count the request names (with
+    its divisors, so that the units can be split over several dimensions), all capped
+    by the level's maximum.
 
-    Divisors give exact tilings; powers of two and full counts give padded ones when the
-    extent has no useful divisors (a prime). Other values are left out of the space:
-    they are rarely better and multiply the search.
-    """
+    Divisors give exact tilings; powers of two, full counts and named counts give
+    padded ones (a prime extent, 60 DPUs). Other counts are left out of the space:
+    they are rarely better and multiply the search (every count of every level made
+    attention on upmem 40x slower to prove optimal)."""
     values = set(divisors(extent)) | set(powers_of_two(largest))
     if slot.kind is SlotKind.SPATIAL:
         limit = hw.levels[slot.level_index].count_max
-        values = {v for v in values if v <= limit} | {min(limit, largest)}
+        values |= {d for n in named if 1 <= n <= limit for d in divisors(n)}
+        values = {v for v in values if v <= min(limit, largest)} | {min(limit, largest)}
     return tuple(sorted(values))
 
 

@@ -312,6 +312,32 @@ def user_constraints(model: Model, constraints: Sequence[str],
     return out
 
 
+def named_counts(model: Model, constraints: Sequence[NamedConstraint]) -> dict[str, set[int]]:
+    """Unit counts that `constraints` name, per level: every integer of a constraint that
+    mentions a level's count (`T`) or one of its spatial factors (`T.y.i`), within the
+    level's range. `--fix T=11` names 11 tasklets, `--fix D=60` 60 DPUs; the space then
+    offers those counts (`space.build_factors`)."""
+    spatial = {level.symbol: level for level in model.hw.levels[1:] if level.symbol}
+    found: dict[str, set[int]] = {}
+    for constraint in constraints:
+        names = set(ex.variables(constraint.cond))
+        symbols = {n.partition(".")[0] for n in names
+                   if n in spatial or (n.partition(".")[0] in spatial
+                                       and n in model.constraints.decisions)}
+        values = _literals(constraint.cond)
+        for symbol in symbols:
+            level = spatial[symbol]
+            found.setdefault(level.name, set()).update(
+                v for v in values if level.count_min <= v <= level.count_max)
+    return {name: values for name, values in found.items() if values}
+
+
+def _literals(node: ex.Int | ex.Cond) -> set[int]:
+    if isinstance(node, ex.Const):
+        return {abs(node.value)}
+    return {v for child in ex.children(node) for v in _literals(child)}
+
+
 # ---------------------------------------------------------------- --drop
 
 
