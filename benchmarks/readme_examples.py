@@ -92,7 +92,7 @@ EXAMPLES: dict[str, Example] = {
                        section("Constraint groups at the optimum"), prompt=True),
     "tune": Example(("tune", "softmax", "--hw", "upmem", "--set", "N=4096",
                      "--vary", "wram.capacity=2056B,4KiB,64KiB",
-                     "--vary", "drop:capacity.wram=on,off"), prompt=True),
+                     "--vary", "drop:capacity.wram=on,off", "--binding"), prompt=True),
     "range": Example(("solve", "softmax", "--hw", "upmem", "--set", "N=1024..65536:1024"),
                      ends(1, 4), prompt=True),
     "emit": Example(("solve", "softmax", "--hw", "upmem", "--emit", "upmem", "--out", OUT),

@@ -442,7 +442,8 @@ def solve(
 def tune_table(base: Request, axes: Sequence[tune.Axis],
                results: Sequence[tune.VariantResult]) -> Table:
     """One row per variant: its settings, status, modelled cost (and how far from the
-    best variant), solve time, and the binding groups (infeasible: the conflicting ones)."""
+    best variant of the same sizes), solve time, and with --binding the binding groups
+    (infeasible: the conflicting ones, with or without --binding)."""
     from rich import box
     from rich.table import Table
 
@@ -456,38 +457,44 @@ def tune_table(base: Request, axes: Sequence[tune.Axis],
     table.add_column("#", justify="right", no_wrap=True)
     for axis in axes:
         table.add_column(axis.label, justify="right", overflow="fold")
-    table.add_column("status", no_wrap=True)
-    table.add_column("cost", justify="right", no_wrap=True)
-    table.add_column("vs best", justify="right", no_wrap=True)
-    table.add_column("solve", justify="right", no_wrap=True)
+    for title in ("status", "cost", "vs best", "solve"):
+        table.add_column(title, justify="left" if title == "status" else "right",
+                         no_wrap=True)
     validating = any(r.outcome is not None and r.outcome.validation is not None
                      for r in results)
     if validating:
         table.add_column("valid", no_wrap=True)
-    table.add_column("binding groups", overflow="fold")
-    best = tune.best_cost(results)
+    table.add_column("binding groups" if base.binding else "groups", overflow="fold")
+    best = tune.best_costs(results)
     for result in results:
         outcome = result.outcome
-        cost = tune.cost_ps(result)
+        cost, versus = tune.cost_ps(result), tune.vs_best(result, best)
         cells = [str(result.variant.index), *(value for _, value in result.variant.settings),
                  tune.status(result),
                  format_seconds(cost / report.PS_PER_S) if cost is not None else "-",
-                 f"{cost / best - 1:+.1%}" if cost is not None and best else "-",
+                 f"{versus:+.1%}" if versus is not None else "-",
                  format_seconds(outcome.result.wall_s) if outcome else "-"]
         if validating:
             validation = outcome.validation if outcome else None
             cells.append("-" if validation is None else "yes" if validation.passed else "NO")
-        binding, conflict = tune.binding_groups(result), tune.conflict_groups(result)
-        if result.error is not None:
-            cells.append(f"error: {result.error}")
-        elif conflict is not None:
-            cells.append("conflict: " + (", ".join(conflict) or "(every candidate)"))
-        elif binding is not None:
-            cells.append(", ".join(binding) or "none")
-        else:
-            cells.append("-")
+        cells.append(_groups_cell(result))
         table.add_row(*cells)
     return table
+
+
+def _groups_cell(result: tune.VariantResult) -> str:
+    """A variant's error, its conflicting groups (infeasible) or its binding groups
+    (with --binding); "-" when there is nothing to say."""
+    from synth import tune
+
+    binding, conflict = tune.binding_groups(result), tune.conflict_groups(result)
+    if result.error is not None:
+        return f"error: {result.error}"
+    if conflict is not None:
+        return "conflict: " + (", ".join(conflict) or "(every candidate)")
+    if binding is not None:
+        return ", ".join(binding) or "none"
+    return "-"
 
 
 def run_tune(base: Request, vary: Sequence[str], as_json: bool, csv_path: Path | None) -> int:
@@ -565,6 +572,10 @@ def tune_command(
                        "stdout and nothing else.")] = False,
     csv_path: Annotated[Path | None, typer.Option(
         "--csv", metavar="PATH", help="Also write one CSV row per variant to PATH.")] = None,
+    binding: Annotated[bool, typer.Option(
+        "--binding/--no-binding",
+        help="Also find the constraint groups that bind at each variant's optimum: one "
+             "re-solve per group (off by default, as in synth solve).")] = False,
 ) -> None:
     """Solve WORKLOAD once per variant of the request and compare the variants.
 
@@ -578,7 +589,7 @@ def tune_command(
 
         base = Request(workload, hw, sized, tuple(hw_set or []), solver_name, limit,
                        validate=validate, constraints=tuple(constraint or []),
-                       fixes=tuple(fix or []), drops=tuple(drop or []), binding=True)
+                       fixes=tuple(fix or []), drops=tuple(drop or []), binding=binding)
         return run_tune(base, vary or [], as_json, csv_path)
 
     raise typer.Exit(guarded(action))

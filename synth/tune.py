@@ -19,8 +19,12 @@ value, and every variant's parse/hardware/encode stages (cheap: milliseconds), s
 tune never stops half-way because of a typo in its last variant. A key may not be both
 varied and a base setting (`--set`, `--hw-set`, `--fix`, `--drop`) of every variant.
 
-Each variant is one `pipeline.run` with `binding=True`; an infeasible or timed-out variant
-is a row like any other. This module builds the variants and the rows' plain data; the
+Each variant is one `pipeline.run`; with `--binding` (`Request.binding` of the base
+request) it also finds the groups that bind at each variant's optimum (one re-solve per
+group, often most of the run time, hence opt-in as in `synth solve`). An infeasible or
+timed-out variant is a row like any other. "vs best" compares a variant with the best of
+the variants that have the same problem sizes (`best_costs`): a variant of another size
+solves another problem. This module builds the variants and the rows' plain data; the
 CLI renders them (table, `--json`, `--csv`).
 """
 
@@ -237,7 +241,7 @@ def _request(base: Request, axes: Sequence[Axis], values: Sequence[str]) -> Requ
         elif DROP_VALUES[value.lower()]:
             drops.append(axis.key)
     return dataclasses.replace(base, sizes=sizes, hw_overrides=tuple(hw), fixes=tuple(fixes),
-                               drops=tuple(drops), binding=True)
+                               drops=tuple(drops))
 
 
 def make_variants(base: Request, axes: Sequence[Axis]) -> list[Variant]:
@@ -318,13 +322,38 @@ def conflict_groups(result: VariantResult) -> list[str] | None:
     return [c.group for c in outcome.explanation or []]
 
 
-def best_cost(results: Sequence[VariantResult]) -> int | None:
-    costs = [c for c in map(cost_ps, results) if c is not None]
-    return min(costs) if costs else None
+SizesKey = tuple[tuple[str, int], ...]
 
 
-def row(result: VariantResult) -> dict[str, Any]:
-    """One variant as JSON-ready data (times in seconds, exact costs in picoseconds)."""
+def sizes_of(result: VariantResult) -> SizesKey:
+    """The problem sizes a variant solved (the workload's, overrides applied), sorted."""
+    if result.outcome is not None:
+        return tuple(sorted(result.outcome.workload.sizes.items()))
+    return tuple(sorted(result.variant.request.sizes.items()))
+
+
+def best_costs(results: Sequence[VariantResult]) -> dict[SizesKey, int]:
+    """The lowest cost among the variants of each set of problem sizes."""
+    best: dict[SizesKey, int] = {}
+    for result in results:
+        cost, sizes = cost_ps(result), sizes_of(result)
+        if cost is not None and (sizes not in best or cost < best[sizes]):
+            best[sizes] = cost
+    return best
+
+
+def vs_best(result: VariantResult, best: Mapping[SizesKey, int]) -> float | None:
+    """cost / (the best cost at the same sizes) - 1; None without a cost."""
+    cost, least = cost_ps(result), best.get(sizes_of(result))
+    if cost is None or not least:
+        return None
+    return cost / least - 1
+
+
+def row(result: VariantResult, best: Mapping[SizesKey, int] | None = None
+        ) -> dict[str, Any]:
+    """One variant as JSON-ready data (times in seconds, exact costs in picoseconds);
+    `vs_best` against `best` (`best_costs` of every variant), None without it."""
     outcome = result.outcome
     solver = outcome.result if outcome else None
     total = cost_ps(result)
@@ -339,6 +368,7 @@ def row(result: VariantResult) -> dict[str, Any]:
         "gap": report.relative_gap(solver.status, solver.objective, solver.bound)
         if solver else None,
         "cost_s": total / report.PS_PER_S if total is not None else None,
+        "vs_best": vs_best(result, best) if best is not None else None,
         "solve_s": solver.wall_s if solver else None,
         "wall_s": result.wall_s,
         "binding": binding_groups(result),
@@ -353,17 +383,18 @@ def row(result: VariantResult) -> dict[str, Any]:
 def to_json(base: Request, axes: Sequence[Axis],
             results: Sequence[VariantResult]) -> dict[str, Any]:
     first = next((r.outcome for r in results if r.outcome is not None), None)
+    best = best_costs(results)
     return report.jsonable({
         "workload": first.workload.name if first else base.workload,
         "hardware": first.hardware.name if first else base.hardware,
         "vary": {a.label: {"kind": a.kind, "key": a.key, "values": list(a.values)}
                  for a in axes},
-        "variants": [row(r) for r in results],
+        "variants": [row(r, best) for r in results],
     })
 
 
-CSV_FIELDS = ("status", "objective_ps", "cost_s", "gap", "solve_s", "wall_s", "binding",
-              "conflict", "validation", "error")
+CSV_FIELDS = ("status", "objective_ps", "cost_s", "vs_best", "gap", "solve_s", "wall_s",
+              "binding", "conflict", "validation", "error")
 
 
 def write_csv(path: Path, axes: Sequence[Axis], results: Sequence[VariantResult]) -> None:
@@ -379,8 +410,9 @@ def write_csv(path: Path, axes: Sequence[Axis], results: Sequence[VariantResult]
     with path.open("w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle)
         writer.writerow(["index", *(a.label for a in axes), *CSV_FIELDS])
+        best = best_costs(results)
         for result in results:
-            data = row(result)
+            data = row(result, best)
             settings: Mapping[str, str] = data["settings"]
             writer.writerow([data["index"], *(settings[a.label] for a in axes),
                              *(cell(data[f]) for f in CSV_FIELDS)])

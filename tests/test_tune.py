@@ -1,7 +1,7 @@
 """`synth tune`: variants as the product of --vary axes, their rows, JSON, CSV and errors.
 
-Softmax at N=4096 on UPMEM solves in tens of milliseconds per variant (plus one re-solve
-per droppable group for the binding analysis), so the whole file stays well under 30 s.
+Softmax at N=4096 on UPMEM solves in tens of milliseconds per variant (plus, with
+--binding, one re-solve per droppable group), so the whole file stays well under 30 s.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ def invoke(*args: str) -> Any:
 def tuned(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], list[list[str]]]:
     """One tune, written as JSON (stdout) and CSV (a file) at once."""
     path = tmp_path_factory.mktemp("tune") / "variants.csv"
-    result = invoke(*TUNE, *WRAM_BY_DROP, "--json", "--csv", str(path))
+    result = invoke(*TUNE, *WRAM_BY_DROP, "--binding", "--json", "--csv", str(path))
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)  # the whole of stdout is one object
     with path.open(newline="", encoding="utf-8") as handle:
@@ -122,6 +122,39 @@ def test_infeasible_variant_is_a_row_with_its_conflict() -> None:
     assert dropped["status"] == "optimal" and dropped["conflict"] is None
 
 
+def test_binding_is_opt_in() -> None:
+    """Without --binding no group is re-solved: `binding` is null, the column says
+    "groups" and keeps only conflicts (as synth solve, where binding is off by default)."""
+    result = invoke(*TUNE, "--vary", "wram.capacity=2056B,64KiB", "--json")
+    assert result.exit_code == 0, result.output
+    small, large = json.loads(result.stdout)["variants"]
+    assert small["status"] == "infeasible" and small["conflict"] == ["capacity.wram"]
+    assert large["status"] == "optimal" and large["binding"] is None
+    table = invoke(*TUNE, "--vary", "wram.capacity=2056B,64KiB")
+    assert table.exit_code == 0, table.output
+    assert "binding groups" not in table.stdout and "groups" in table.stdout
+    assert "conflict:" in table.stdout and "capacity.wram" in table.stdout
+
+
+def test_vs_best_compares_rows_of_the_same_sizes_only() -> None:
+    """Before, a tune over sizes compared a large size with a small one's cost (+3530%);
+    each size's best row is now +0%, and a worse row at one size is measured against the
+    best at that size."""
+    result = invoke("tune", "softmax", "--hw", "upmem", "--vary", "set:N=1024,65536",
+                    "--vary", "T=1,16", "--json")
+    assert result.exit_code == 0, result.output
+    rows = {(v["settings"]["set:N"], v["settings"]["T"]): v
+            for v in json.loads(result.stdout)["variants"]}
+    for n in ("1024", "65536"):
+        best, worse = rows[n, "16"], rows[n, "1"]
+        assert best["objective_ps"] < worse["objective_ps"]  # one tasklet is slower
+        assert best["vs_best"] == 0
+        assert worse["vs_best"] == pytest.approx(
+            worse["objective_ps"] / best["objective_ps"] - 1)
+    # the large size costs more, yet its best row is not compared with the small one's
+    assert rows["65536", "16"]["objective_ps"] > rows["1024", "1"]["objective_ps"]
+
+
 def test_fixing_a_bare_variable_changes_the_schedule() -> None:
     result = invoke(*TUNE, "--vary", "T=1,16", "--json")
     assert result.exit_code == 0, result.output
@@ -137,7 +170,7 @@ def test_fixing_a_bare_variable_changes_the_schedule() -> None:
 
 def test_human_table(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("COLUMNS", "120")
-    result = invoke(*TUNE, "--vary", "wram.capacity=2560B,64KiB")
+    result = invoke(*TUNE, "--vary", "wram.capacity=2560B,64KiB", "--binding")
     assert result.exit_code == 0, result.output
     out = result.stdout
     assert "Variants of softmax on upmem" in out
