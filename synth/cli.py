@@ -1,5 +1,5 @@
-"""The `synth` command line: `synth solve`, `synth tune` and `synth list` (README.md, "The
-command line").
+"""The `synth` command line: `synth solve`, `synth tune`, `synth sweep` (`synth.sweep`)
+and `synth list` (README.md, "The command line").
 
 The CLI only parses arguments, runs `synth.pipeline.run` and renders the outcome
 (`synth.render`); the report's content comes from `synth.report`, so the human output
@@ -591,6 +591,83 @@ def tune_command(
                        validate=validate, constraints=tuple(constraint or []),
                        fixes=tuple(fix or []), drops=tuple(drop or []), binding=binding)
         return run_tune(base, vary or [], as_json, csv_path)
+
+    raise typer.Exit(guarded(action))
+
+
+@app.command("sweep")
+def sweep_command(
+    spec: Annotated[str | None, typer.Argument(
+        metavar="[SPEC.toml]", help="A sweep spec file (docs/sweep.md); or give the sweep "
+                                    "by flags.")] = None,
+    out: Annotated[str, typer.Option(
+        "--out", metavar="DIR", help="Where results, plots and index.html go; finished "
+                                     "points are stored there and skipped by a rerun.")
+    ] = "",
+    workload: Annotated[list[str] | None, typer.Option(
+        "--workload", metavar="W[,W...]", help="Workloads (built-in names or .syn files).")
+    ] = None,
+    hw: Annotated[list[str] | None, typer.Option(
+        "--hw", metavar="HW[,HW...]", help="Hardware models (built-in names or .toml).")
+    ] = None,
+    sizes: Annotated[list[str] | None, typer.Option(
+        "--set", metavar="NAME=V1,V2,...",
+        help="Sizes, for the workloads that declare NAME; a value may be a range "
+             "LO..HI[:STEP] or LO..HI:xFACTOR.")] = None,
+    hw_set: Annotated[list[str] | None, typer.Option(
+        "--hw-set", metavar="KEY=V1,V2,...",
+        help="Hardware overrides, for the models that accept KEY.")] = None,
+    variant: Annotated[list[str] | None, typer.Option(
+        "--variant", metavar="'NAME: ITEM; ...'",
+        help="A constraint variant; ITEM: a constraint (T <= 4), fix VAR=INT or drop "
+             "GROUP.")] = None,
+    constraint: Annotated[list[str] | None, typer.Option(
+        "--constraint", metavar="EXPR", help="A constraint for every point.")] = None,
+    fix: Annotated[list[str] | None, typer.Option(
+        "--fix", metavar="VAR=INT", help="A fixed variable for every point.")] = None,
+    drop: Annotated[list[str] | None, typer.Option(
+        "--drop", metavar="GROUP", help="A group dropped at every point.")] = None,
+    solver: Annotated[list[str] | None, typer.Option(
+        "--solver", metavar="S[,S...]", help=f"Solvers: {' | '.join(SOLVERS)}.")] = None,
+    time_limit: Annotated[str | None, typer.Option(
+        "--time-limit", metavar="SEC", help="Solver time limit per point (default 30).")
+    ] = None,
+    validate: Annotated[bool | None, typer.Option(
+        "--validate/--no-validate", help="Run each loop nest against NumPy (off by "
+                                         "default).")] = None,
+    binding: Annotated[bool | None, typer.Option(
+        "--binding/--no-binding", help="Find each optimum's binding groups.")] = None,
+    emit: Annotated[str | None, typer.Option(
+        "--emit", metavar="TARGET", help="Emit each schedule (into DIR/emit/KEY) and, with "
+                                         "--validate, check it.")] = None,
+    baseline: Annotated[str | None, typer.Option(
+        "--baseline", metavar="hw:NAME|solver:NAME", help="What the ratio plot divides "
+                                                          "by.")] = None,
+    workers: Annotated[str | None, typer.Option(
+        "--workers", metavar="N", help="Local worker processes (default: usable cores).")
+    ] = None,
+    dask: Annotated[str | None, typer.Option(
+        "--dask", metavar="ADDRESS|local", help="Run on the Dask cluster at ADDRESS, or "
+                                                "on a new local one.")] = None,
+    force: Annotated[bool, typer.Option(
+        "--force", help="Run every point again, stored or not.")] = False,
+) -> None:
+    """Solve every point of workloads x sizes x hardware x overrides x variants x solvers;
+    write results.csv, results.jsonl, plots and index.html into --out DIR.
+
+    Exit codes: 0 every point ran (whatever its status), 2 bad input (checked before any
+    point runs), else the first failed point's code; 130 interrupted (rerun to resume).
+    """
+    def action() -> int:
+        from synth.sweep import command
+        from synth.sweep import spec as sweep_spec
+
+        if not out:
+            raise InputError("synth sweep needs --out DIR, where its results go")
+        return command.main(sweep_spec.Flags(
+            out, spec, workload or [], hw or [], sizes or [], hw_set or [], variant or [],
+            constraint or [], fix or [], drop or [], solver or [], time_limit, validate,
+            binding, emit, baseline, workers, dask, force))
 
     raise typer.Exit(guarded(action))
 

@@ -276,7 +276,7 @@ def list_builtin_hardware() -> list[str]:
                   if entry.name.endswith(".toml"))
 
 
-def _read_model(ref: str) -> tuple[str, str, str]:
+def read_model(ref: str) -> tuple[str, str, str]:
     """`(text, label, source)` for a built-in name or a file path.
 
     Built-in names win over same-named files in the working directory, so `--hw upmem` means
@@ -423,7 +423,7 @@ def _named_entries(tree: Mapping[str, Any], kind: str) -> list[tuple[int, str]]:
 def override_keys(ref: str) -> list[str]:
     """The keys `--hw-set` accepts for the hardware model `ref` (built-in name or path);
     empty when the file is not valid TOML (loading it reports why)."""
-    text, _, _ = _read_model(ref)
+    text, _, _ = read_model(ref)
     try:
         tree = tomllib.loads(text)
     except tomllib.TOMLDecodeError:
@@ -819,7 +819,7 @@ def load_hardware(ref: str, overrides: Sequence[str] = ()) -> Hardware:
     Raises `InputError` (exit code 2) for an unknown model, unreadable or malformed TOML, an
     unknown override key, or any schema violation; the message names the offending key.
     """
-    text, label, source = _read_model(ref)
+    text, label, source = read_model(ref)
     where = _Where(label)
     tree = _parse_toml(text, where)
     try:

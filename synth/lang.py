@@ -49,6 +49,8 @@ __all__ = [
     "SizeRange",
     "expr_type",
     "list_builtin_workloads",
+    "is_builtin_workload",
+    "read_workload",
     "load_workload",
     "parse_workload",
 ]
@@ -893,18 +895,24 @@ def list_builtin_workloads() -> list[str]:
     )
 
 
-def load_workload(ref: str, overrides: Mapping[str, int] | None = None) -> Workload:
-    """A built-in workload by name, or a `.syn` file by path.
+def is_builtin_workload(ref: str) -> bool:
+    """Whether `ref` names a built-in workload (a bare name: one with a path separator or
+    a `.syn` suffix is always a path)."""
+    is_pathlike = "/" in ref or "\\" in ref or ref.endswith(".syn")
+    return not is_pathlike and ref in list_builtin_workloads()
+
+
+def read_workload(ref: str) -> tuple[str, str, str]:
+    """`(text, path, name)` of a built-in workload by name, or a `.syn` file by path:
+    the text, what error locations name, and the workload's name.
 
     A bare name that is a built-in wins over a file of the same name in the working
     directory; anything with a path separator or a `.syn` suffix is always a path.
     """
     builtins = list_builtin_workloads()
-    is_pathlike = "/" in ref or "\\" in ref or ref.endswith(".syn")
-    if ref in builtins and not is_pathlike:
+    if is_builtin_workload(ref):
         text = _builtin_dir().joinpath(f"{ref}.syn").read_text(encoding="utf-8")
-        workload = parse_workload(text, f"<builtin>/{ref}.syn", ref, overrides)
-        return dataclasses.replace(workload, source=ref)
+        return text, f"<builtin>/{ref}.syn", ref
     path = Path(ref)
     if not path.is_file():
         raise InputError(
@@ -914,4 +922,11 @@ def load_workload(ref: str, overrides: Mapping[str, int] | None = None) -> Workl
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise InputError(f"cannot read workload file '{ref}': {exc}") from None
-    return parse_workload(text, ref, path.stem, overrides)
+    return text, ref, path.stem
+
+
+def load_workload(ref: str, overrides: Mapping[str, int] | None = None) -> Workload:
+    """A built-in workload by name, or a `.syn` file by path (see `read_workload`)."""
+    text, path, name = read_workload(ref)
+    workload = parse_workload(text, path, name, overrides)
+    return dataclasses.replace(workload, source=ref) if is_builtin_workload(ref) else workload

@@ -1,0 +1,225 @@
+"""What `synth sweep` does: read the sweep (a spec file or the flags), check and expand
+its points, run the points the store does not have (local processes or Dask) under a
+progress bar, store each result as it arrives, then write the tables, the plots and the
+page into DIR and print a summary.
+
+Exit codes: 0 when every point has a row and none failed, whatever its status
+(infeasible and timed-out points are rows); else the first failed point's code: its
+error's (4 for a loop nest breaking an IR rule, 70 for a bug in synth), or 4 for a failed
+validation or emitted-program check (only with validation on). 2 for bad input, found
+before any point runs. 130 when interrupted (Ctrl-C): the rows so far are written, the
+finished points stored, and a rerun of the same command resumes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import os
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from synth.errors import InputError
+from synth.limits import parse_int
+from synth.sweep import execute, store
+from synth.sweep.points import Baseline, Point, baseline, expand, synth_version
+from synth.sweep.spec import Flags, Spec, from_file, from_flags
+
+EXIT_OK = 0
+EXIT_VALIDATION = 4
+EXIT_INTERRUPTED = 130  # 128 + SIGINT: how shells report a run stopped by Ctrl-C
+MAX_WORKERS = 1024  # more local processes than this is a typo on any machine
+ERRORS_SHOWN = 5  # failed points the summary lists (the table has them all)
+
+
+def read_spec(flags: Flags) -> Spec:
+    """The sweep: the spec file, or the flags; not both."""
+    if flags.spec is None:
+        return from_flags(flags)
+    given = flags.axis_flags()
+    if given:
+        raise InputError(f"{given[0]}: the sweep is described by {flags.spec}; set it there "
+                         f"(docs/sweep.md), or give the whole sweep by flags without a spec "
+                         f"file")
+    return from_file(flags.spec)
+
+
+def usable_cores() -> int:
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+@dataclass(frozen=True)
+class Runner:
+    workers: int  # local processes, or the workers of `--dask local`
+    dask: str | None  # a scheduler's address, "local", or None (local processes)
+
+
+def read_runner(flags: Flags) -> Runner:
+    workers = (parse_int(flags.workers, "--workers", 1, MAX_WORKERS)
+               if flags.workers is not None else None)
+    if flags.dask is not None and not flags.dask.strip():
+        raise InputError("--dask: expected a scheduler's address (tcp://HOST:PORT) or local")
+    if flags.dask not in (None, "local") and workers is not None:
+        raise InputError(f"--workers {flags.workers}: a Dask cluster at an address has its "
+                         f"own workers; --workers sets local processes or --dask local's "
+                         f"workers")
+    _require("matplotlib", "draws its plots with")
+    if flags.dask is not None:
+        _require("distributed", "runs on Dask with")
+    return Runner(workers or usable_cores(), flags.dask)
+
+
+def _require(module: str, what: str) -> None:
+    try:
+        importlib.import_module(module)
+    except ImportError:
+        raise InputError(f"synth sweep {what} {module}, which is not installed: "
+                         f"pip install 'synth[sweep]'") from None
+
+
+def out_dir(text: str) -> Path:
+    path = Path(text)
+    if path.exists() and not path.is_dir():
+        raise InputError(f"--out {text}: exists and is not a directory")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InputError(f"--out {text}: cannot create the directory: {exc}") from None
+    return path
+
+
+# ---------------------------------------------------------------- running
+
+
+@contextlib.contextmanager
+def progress(total: int, done: int) -> Iterator[Callable[[Point, Mapping[str, Any]], None]]:
+    """A progress bar on stderr (a terminal only): points done of all, elapsed, ETA."""
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    console = Console(stderr=True)
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+               TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn())
+    with Progress(*columns, console=console, disable=not console.is_terminal) as bar:
+        task_id = bar.add_task("sweep", total=total, completed=done)
+
+        def advance(point: Point, result: Mapping[str, Any]) -> None:
+            bar.update(task_id, advance=1,
+                       description=f"sweep ({point.describe()}: {result['status']})")
+
+        yield advance
+
+
+def results(points: Sequence[Point], runner: Runner, emit_root: str | None
+            ) -> execute.Results:
+    if runner.dask is not None:
+        return execute.on_dask(points, runner.dask, runner.workers, emit_root)
+    return execute.local(points, runner.workers, emit_root)
+
+
+def run_points(points: Sequence[Point], todo: Sequence[Point], runner: Runner, out: Path,
+               rows: dict[int, dict[str, Any]]) -> bool:
+    """Run `todo`, storing each result and adding its row as it arrives; False when
+    interrupted."""
+    keep = store.Store(out)
+    version = synth_version()
+    emit_root = str((out / "emit").resolve())
+    try:
+        with progress(len(points), len(points) - len(todo)) as advance, \
+                contextlib.closing(results(todo, runner, emit_root)) as finished:
+            for point, result, storable in finished:
+                if result.get("synth") != version:
+                    result = execute.failed(point, f"the worker runs synth "
+                                            f"{result.get('synth')}, this sweep {version}")
+                    storable = False
+                if storable:
+                    keep.save(point, result)
+                rows[point.index] = store.row(point, result, from_store=False)
+                advance(point, result)
+    except KeyboardInterrupt:
+        return False
+    return True
+
+
+# ---------------------------------------------------------------- the command
+
+
+def main(flags: Flags) -> int:
+    spec = read_spec(flags)
+    runner = read_runner(flags)
+    points = expand(spec)
+    base = baseline(spec, points)
+    out = out_dir(flags.out)
+    keep = store.Store(out)
+    rows: dict[int, dict[str, Any]] = {}
+    todo = []
+    for point in points:
+        stored = None if flags.force else keep.load(point.key)
+        if stored is None:
+            todo.append(point)
+        else:
+            rows[point.index] = store.row(point, stored, from_store=True)
+    start = time.perf_counter()
+    finished = run_points(points, todo, runner, out, rows) if todo else True
+    elapsed = time.perf_counter() - start
+    ordered = [rows[p.index] for p in points if p.index in rows]
+    written = write_outputs(out, ordered, base, spec, len(points))
+    print(summary(ordered, len(points), elapsed, written, finished), flush=True)
+    return exit_code(ordered) if finished else EXIT_INTERRUPTED
+
+
+def write_outputs(out: Path, rows: Sequence[Mapping[str, Any]], base: Baseline | None,
+                  spec: Spec, total: int) -> list[Path]:
+    from synth.sweep import html, plots
+
+    written = store.write_tables(out, rows)
+    drawn = plots.draw_all(out, rows, base)
+    title = f"synth sweep: {spec.source}" if spec.source != "flags" else "synth sweep"
+    written.append(html.write_index(out, title, rows, drawn, total, base))
+    return written + [path for plot in drawn for path in plot.files]
+
+
+def summary(rows: Sequence[Mapping[str, Any]], total: int, elapsed: float,
+            written: Sequence[Path], finished: bool) -> str:
+    statuses = Counter(str(r["status"]) for r in rows)
+    counts = ", ".join(f"{n} {status}" for status, n in statuses.most_common())
+    stored = sum(1 for r in rows if r["from_store"])
+    head = (f"sweep: {len(rows)} of {total} points ({len(rows) - stored} run in "
+            f"{elapsed:.1f} s, {stored} from the store): {counts or 'none'}")
+    lines = [head]
+    if not finished:
+        lines.append(f"interrupted: {total - len(rows)} points not run; the same command "
+                     f"resumes (finished points are stored)")
+    failed = [r for r in rows if r["status"] == "error"]
+    for r in failed[:ERRORS_SHOWN]:
+        lines.append(f"  point {r['index']} ({r['workload']} on {r['config']}, "
+                     f"{r['variant']}, {r['solver']}): {r['error']}")
+    if len(failed) > ERRORS_SHOWN:
+        lines.append(f"  ... {len(failed) - ERRORS_SHOWN} more errors (results.csv)")
+    page = next((p for p in written if p.name == "index.html"), None)
+    lines.append(f"wrote {len(written)} files into {written[0].parent}"
+                 + (f"; open {page}" if page else "") if written else "wrote nothing")
+    return "\n".join(lines)
+
+
+def exit_code(rows: Sequence[Mapping[str, Any]]) -> int:
+    for r in rows:
+        if r["status"] == "error":
+            return int(r.get("exit_code") or EXIT_OK)
+        emitted = r.get("emitted") or {}
+        if r.get("validation") is False or emitted.get("passed") is False:
+            return EXIT_VALIDATION
+    return EXIT_OK

@@ -1,0 +1,197 @@
+"""Running a sweep's points: in local worker processes (`local`) or as tasks on a Dask
+cluster (`on_dask`). Both yield `(point, result, storable)` as points finish, in the
+order they finish; `storable` is False for a result that says the run could not be
+carried out (a worker died, the cluster lost the task), which a rerun should try again.
+
+Local workers are processes of a `ProcessPoolExecutor`, started from a fork server that
+has imported the pipeline once (each worker then starts in milliseconds, not the second
+an import of the solvers takes), and ignore Ctrl-C: the sweep stops them itself. At most
+`IN_FLIGHT` points per worker are submitted at a time, so a worker never waits for work
+and an interruption has little to cancel. A worker that dies (a crash, the kernel's
+out-of-memory killer) breaks the pool: its points are retried in a new pool, and a point
+whose worker died `MAX_CRASHES` times is an error row: the points that were running
+when a worker died run again one at a time, so a point that did not kill its worker is
+not blamed for one that did.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import signal
+from collections import Counter, deque
+from collections.abc import Callable, Generator, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+from typing import Any
+
+from synth import tune
+from synth.errors import InputError
+from synth.sweep import task
+from synth.sweep.points import Point
+
+Finished = tuple[Point, dict[str, Any], bool]
+Results = Generator[Finished, None, None]
+
+IN_FLIGHT = 2  # points submitted per worker: one running, one waiting in its queue
+MAX_CRASHES = 2  # a point is an error once the worker running it died this many times
+WORKER_CONFIG = {"distributed.worker.profile.enabled": False}
+"""`--dask local`'s workers do not sample their threads' stacks every 10 ms (distributed's
+profiler, on by default: overhead a point's Python stages pay, for a dashboard the sweep
+does not start)."""
+CONNECT_TIMEOUT_S = 30  # to reach a Dask scheduler (distributed's own default is 30 s)
+
+
+def failed(point: Point, message: str) -> dict[str, Any]:
+    """The result of a point that could not be run (not stored: a rerun tries again)."""
+    request = point.request(point.workload_ref, point.hardware_ref, None)
+    error = task.InternalError(message)
+    return task.result(tune.VariantResult(tune.Variant(point.index, (), request), None,
+                                          error, 0.0))
+
+
+# ---------------------------------------------------------------- local processes
+
+
+def _ignore_interrupt() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _pool(workers: int) -> ProcessPoolExecutor:
+    context: multiprocessing.context.BaseContext
+    if "forkserver" in multiprocessing.get_all_start_methods():
+        context = multiprocessing.get_context("forkserver")
+        context.set_forkserver_preload(["synth.sweep.task"])
+    else:  # Windows: every worker imports synth itself
+        context = multiprocessing.get_context("spawn")
+    return ProcessPoolExecutor(workers, mp_context=context, initializer=_ignore_interrupt)
+
+
+def _stop(pool: ProcessPoolExecutor) -> None:
+    """Stop the workers now, whatever they run (an interrupted or abandoned sweep)."""
+    processes = getattr(pool, "_processes", None) or {}  # no public way before Python 3.14
+    for process in list(processes.values()):
+        process.terminate()
+    pool.shutdown(wait=True, cancel_futures=True)
+
+
+RunPoint = Callable[[Point, str | None], dict[str, Any]]
+
+
+class _Local:
+    """The points not finished yet, and the pool running some of them."""
+
+    def __init__(self, points: Sequence[Point], workers: int, run: RunPoint,
+                 emit_root: str | None) -> None:
+        self.queue = deque(points)
+        self.suspects: deque[Point] = deque()  # were running when a worker died
+        self.crashes: Counter[int] = Counter()
+        self.running: dict[Future[dict[str, Any]], Point] = {}
+        self.workers, self.run, self.emit_root = workers, run, emit_root
+        self.pool = _pool(workers)
+
+    def submit(self) -> None:
+        """Suspects run alone, one after the other (the one that kills its worker alone
+        is the culprit); the other points `IN_FLIGHT` per worker."""
+        if self.suspects:
+            if not self.running:
+                self._submit(self.suspects.popleft())
+            return
+        while self.queue and len(self.running) < IN_FLIGHT * self.workers:
+            self._submit(self.queue.popleft())
+
+    def _submit(self, point: Point) -> None:
+        self.running[self.pool.submit(self.run, point, self.emit_root)] = point
+
+    def finished(self) -> Results:
+        done, _ = wait(self.running, return_when=FIRST_COMPLETED)
+        lost = []
+        for future in done:
+            point = self.running.pop(future)
+            try:
+                result = future.result()
+            except BrokenProcessPool:
+                lost.append(point)
+                continue
+            yield point, result, True
+        if lost:  # a worker died: the pool is broken, every point it held is lost
+            yield from self._lost([*lost, *self.running.values()])
+
+    def _lost(self, lost: Sequence[Point]) -> Results:
+        self.running.clear()
+        self.pool.shutdown(wait=True)
+        self.pool = _pool(self.workers)
+        for point in lost:
+            self.crashes[point.index] += 1
+            if self.crashes[point.index] < MAX_CRASHES:
+                self.suspects.append(point)
+            else:
+                yield point, failed(point, "the worker process running this point died "
+                                    f"{MAX_CRASHES} times"), False
+
+    def close(self) -> None:
+        if self.running or self.queue or self.suspects:
+            _stop(self.pool)
+        else:
+            self.pool.shutdown(wait=True)
+
+
+def local(points: Sequence[Point], workers: int, emit_root: str | None,
+          run: RunPoint = task.run) -> Results:
+    """The points' results from `workers` local processes, as they finish; each point
+    runs as `run(point, emit_root)` (a module-level function: workers import it)."""
+    state = _Local(points, workers, run, emit_root)
+    try:
+        while state.queue or state.suspects or state.running:
+            state.submit()
+            yield from state.finished()
+    finally:
+        state.close()
+
+
+# ---------------------------------------------------------------- Dask
+
+
+def _client(address: str, workers: int) -> tuple[Any, Any]:
+    """A client of the cluster at `address`, or of a new `LocalCluster` ("local")."""
+    from distributed import Client, LocalCluster
+
+    if address == "local":
+        import dask
+
+        with dask.config.set(WORKER_CONFIG):  # the workers' processes inherit it
+            cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
+                                   dashboard_address=None)
+        return Client(cluster), cluster
+    try:
+        return Client(address, timeout=CONNECT_TIMEOUT_S), None
+    except (OSError, TimeoutError, ValueError) as exc:
+        raise InputError(f"--dask {address}: cannot connect to a Dask scheduler there: "
+                         f"{exc}") from None
+
+
+def on_dask(points: Sequence[Point], address: str, workers: int, emit_root: str | None
+            ) -> Results:
+    """The points' results from tasks on a Dask cluster, as they finish."""
+    from distributed import as_completed
+
+    client, cluster = _client(address, workers)
+    futures: dict[Any, Point] = {}
+    try:
+        for point in points:
+            future = client.submit(task.run, point, emit_root, pure=False,
+                                   key=f"synth-sweep-{point.index}-{point.key}")
+            futures[future] = point
+        for future in as_completed(list(futures)):
+            point = futures.pop(future)
+            try:
+                outcome, storable = future.result(), True
+            except Exception as exc:  # the task was lost (a worker died) or cancelled
+                outcome = failed(point, f"Dask: {type(exc).__name__}: {exc}")
+                storable = False
+            yield point, outcome, storable
+    finally:
+        if futures:
+            client.cancel(list(futures))
+        client.close()
+        if cluster is not None:
+            cluster.close()

@@ -1,0 +1,276 @@
+"""The sweep's plots (matplotlib, each as PNG and SVG), one panel per workload:
+
+    time_vs_size   modelled time against problem size, log-log, one line per series
+    breakdown      each point's modelled time split into its parts (shares, stacked)
+    solve_time     solve time against problem size, log-log, one line per series
+    ratio          modelled time over the baseline's at the same point (a hardware
+                   configuration or a solver: `points.baseline`), when there is one
+
+A series is a hardware configuration (the model with its overrides), with the variant and
+the solver when the sweep has several of them; lines of one model share a colour. The
+problem size is the one size that varies across a workload's points, or else the product
+of its sizes. `plots.json` records, for every plot, its files and each panel's series as
+drawn (the labelled lines read back from the axes before saving).
+
+matplotlib is imported here only (`Figure` without pyplot: no global state, no GUI).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from synth.cli import format_seconds
+from synth.sweep.points import Baseline
+from synth.sweep.store import write_atomically
+
+Row = Mapping[str, Any]
+
+FORMATS = ("png", "svg")
+SIDECAR = "plots.json"
+PANEL_IN = (5.0, 3.6)  # inches per panel: a legible log-log plot with a legend
+BAR_IN = 0.22  # inches per bar of the breakdown: one line of 7-point tick labels
+MAX_BARS = 60  # bars per workload in the breakdown: more do not fit a readable panel
+MAX_COLUMNS = 3  # panels per row
+MAX_TICKS = 8  # labelled ticks on a size axis: more overlap in a panel's width
+STYLES = ("-", "--", ":", "-.")
+
+
+@dataclass(frozen=True)
+class Plot:
+    name: str
+    title: str
+    files: tuple[Path, ...]
+    panels: tuple[dict[str, Any], ...]  # per panel: title, series (labels), points
+
+
+# ---------------------------------------------------------------- series
+
+
+def _several(rows: Sequence[Row], key: str) -> bool:
+    return len({r[key] for r in rows}) > 1
+
+
+def series_of(rows: Sequence[Row]) -> Callable[[Row], str]:
+    """A row's series label: its configuration, with variant and solver when they vary."""
+    variants, solvers = _several(rows, "variant"), _several(rows, "solver")
+
+    def label(row: Row) -> str:
+        parts = [str(row["config"])]
+        if variants:
+            parts.append(str(row["variant"]))
+        if solvers:
+            parts.append(str(row["solver"]))
+        return " · ".join(parts)
+
+    return label
+
+
+def x_axis(rows: Sequence[Row]) -> tuple[str, Callable[[Row], int]]:
+    """The problem size of a workload's rows: the size that varies, or the product."""
+    names = list(rows[0]["sizes"]) if rows else []
+    varying = [n for n in names if len({r["sizes"][n] for r in rows}) > 1]
+    if len(varying) == 1:
+        name = varying[0]
+        return name, lambda row: int(row["sizes"][name])
+    return ("·".join(names) or "size"), lambda row: int(row["size"])
+
+
+def by_workload(rows: Sequence[Row]) -> dict[str, list[Row]]:
+    groups: dict[str, list[Row]] = {}
+    for row in rows:
+        groups.setdefault(str(row["workload"]), []).append(row)
+    return groups
+
+
+class Styles:
+    """Colours by hardware model, line styles by the other series of the model."""
+
+    def __init__(self, rows: Sequence[Row]) -> None:
+        self.models = list(dict.fromkeys(str(r["hardware"]) for r in rows))
+        self.seen: dict[str, list[str]] = {}
+
+    def __call__(self, model: str, label: str) -> dict[str, Any]:
+        labels = self.seen.setdefault(model, [])
+        if label not in labels:
+            labels.append(label)
+        index = self.models.index(model) if model in self.models else 0
+        return {"color": f"C{index % 10}",
+                "linestyle": STYLES[labels.index(label) % len(STYLES)], "marker": "o",
+                "markersize": 3}
+
+
+# ---------------------------------------------------------------- figures
+
+
+def _figure(panels: int, size: tuple[float, float] = PANEL_IN) -> tuple[Any, list[Any]]:
+    from matplotlib.figure import Figure
+
+    columns = max(1, min(MAX_COLUMNS, panels))
+    rows = max(1, math.ceil(panels / columns))
+    figure = Figure(figsize=(size[0] * columns, size[1] * rows), layout="constrained")
+    axes = list(figure.subplots(rows, columns, squeeze=False).flat)
+    for unused in axes[panels:]:
+        unused.set_visible(False)
+    return figure, axes[:panels]
+
+
+def _panel(ax: Any) -> dict[str, Any]:
+    """A panel as drawn: its title and the labels of its series (lines or bars)."""
+    lines = [line.get_label() for line in ax.get_lines()
+             if not line.get_label().startswith("_")]
+    bars = [c.get_label() for c in ax.containers if not c.get_label().startswith("_")]
+    return {"title": ax.get_title(), "series": lines or bars,
+            "points": sum(len(line.get_xdata()) for line in ax.get_lines()
+                          if not line.get_label().startswith("_"))}
+
+
+def _save(figure: Any, out: Path, name: str, title: str, axes: Sequence[Any]) -> Plot:
+    figure.suptitle(title)
+    panels = tuple(_panel(ax) for ax in axes)
+    files = []
+    for fmt in FORMATS:
+        path = out / f"{name}.{fmt}"
+        figure.savefig(path, format=fmt)
+        figure.set_layout_engine("none")  # laid out once: the next format reuses it
+        files.append(path)
+    return Plot(name, title, tuple(files), panels)
+
+
+def _lines(ax: Any, rows: Sequence[Row], value: Callable[[Row], float | None],
+           styles: Styles, label: Callable[[Row], str]) -> None:
+    """One line per series of `rows`, points sorted by problem size; log-log."""
+    name, size = x_axis(rows)
+    series: dict[str, list[tuple[int, float]]] = {}
+    models: dict[str, str] = {}
+    for row in rows:
+        y = value(row)
+        if y is not None and y > 0:
+            series.setdefault(label(row), []).append((size(row), y))
+            models[label(row)] = str(row["hardware"])
+    for text, points in series.items():
+        xs, ys = zip(*sorted(points), strict=True)
+        ax.plot(xs, ys, label=text, **styles(models[text], text))
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel(f"problem size ({name})")
+    ax.grid(True, which="major", alpha=0.3)
+    if series:
+        ax.legend(fontsize=7)
+
+
+def _log_ticks(ax: Any, unit: str | None) -> None:
+    """Plain-text tick labels on log axes (`64k`, `1 ms`): matplotlib's default labels
+    are mathtext (`$10^{3}$`), which took most of the time of drawing a plot. Sizes get
+    powers of two; an axis spanning less than a decade also labels its minor ticks."""
+    from matplotlib.ticker import EngFormatter, FuncFormatter, LogLocator, NullFormatter
+
+    ax.xaxis.set_major_locator(LogLocator(base=2, numticks=MAX_TICKS))
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.xaxis.set_major_formatter(EngFormatter(sep=""))
+    plain = FuncFormatter(lambda value, _: f"{value:g}")
+    formatter = EngFormatter(unit=unit) if unit else plain
+    low, high = ax.get_ylim()
+    ax.yaxis.set_major_formatter(formatter)
+    ax.yaxis.set_minor_formatter(formatter if high < low * 10 else NullFormatter())
+
+
+def size_plot(out: Path, rows: Sequence[Row], name: str, title: str, ylabel: str,
+              value: Callable[[Row], float | None], styles: Styles,
+              label: Callable[[Row], str] | None = None, level: float | None = None
+              ) -> Plot:
+    """Per workload, `value` against problem size, one line per series (`label`, by
+    default `series_of(rows)`), and a grey horizontal line at `level` (not a series)."""
+    groups = by_workload(rows)
+    figure, axes = _figure(len(groups))
+    label = label or series_of(rows)
+    for ax, (workload, group) in zip(axes, groups.items(), strict=True):
+        _lines(ax, group, value, styles, label)
+        if level is not None:
+            ax.axhline(level, color="grey", linewidth=0.8, label="_level")
+        _log_ticks(ax, "s" if level is None else None)
+        ax.set_title(workload)
+        ax.set_ylabel(ylabel)
+    return _save(figure, out, name, title, axes)
+
+
+def _breakdown_groups(rows: Sequence[Row]) -> tuple[dict[str, list[Row]], list[str]]:
+    """The solved rows per workload (at most `MAX_BARS`, evenly spaced) and the parts,
+    largest in total first."""
+    groups = {w: [r for r in g if r.get("breakdown_s") and r.get("cost_s")]
+              for w, g in by_workload(rows).items()}
+    groups = {w: g[::math.ceil(len(g) / MAX_BARS)] for w, g in groups.items() if g}
+    totals: dict[str, float] = {}
+    for row in (r for g in groups.values() for r in g):
+        for part, seconds in row["breakdown_s"].items():
+            totals[part] = totals.get(part, 0.0) + seconds / row["cost_s"]
+    return groups, sorted(totals, key=lambda part: -totals[part])
+
+
+def breakdown_plot(out: Path, rows: Sequence[Row]) -> Plot:
+    """Per workload, one horizontal bar per solved point: the shares of its parts."""
+    from matplotlib.figure import Figure
+
+    groups, parts = _breakdown_groups(rows)
+    heights = [1.0 + BAR_IN * len(g) for g in groups.values()] or [1.0]
+    figure = Figure(figsize=(PANEL_IN[0] * 2, sum(heights) + 0.6), layout="constrained")
+    axes = list(figure.subplots(len(heights), 1, squeeze=False,
+                                height_ratios=heights).flat)
+    label = series_of(rows)
+    for ax, (workload, group) in zip(axes, groups.items(), strict=False):
+        names = [" ".join(f"{k}={v}" for k, v in r["sizes"].items())
+                 + f" · {label(r)} ({format_seconds(r['cost_s'])})" for r in group]
+        left = [0.0] * len(group)
+        for index, part in enumerate(parts):
+            shares = [r["breakdown_s"].get(part, 0.0) / r["cost_s"] for r in group]
+            ax.barh(names, shares, left=left, label=part, color=f"C{index % 10}")
+            left = [a + b for a, b in zip(left, shares, strict=True)]
+        ax.set_title(workload)
+        ax.set_xlim(0, 1)
+        ax.set_xlabel("share of the modelled time")
+        ax.invert_yaxis()
+        ax.tick_params(axis="y", labelsize=7)
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
+    return _save(figure, out, "breakdown", "Modelled time by part", axes[:len(groups)])
+
+
+def ratio_plot(out: Path, rows: Sequence[Row], base: Baseline, styles: Styles) -> Plot:
+    """Per workload, each series' modelled time over the baseline's at the same point."""
+    def match(row: Row) -> tuple[Any, ...]:
+        other = row["solver"] if base.kind == "hw" else row["config"]
+        return (row["workload"], tuple(row["sizes"].items()), row["variant"], other)
+
+    own = "config" if base.kind == "hw" else "solver"
+    reference = {match(r): r["cost_s"] for r in rows
+                 if r[own] == base.name and r.get("cost_s")}
+    others = [r for r in rows if r[own] != base.name]
+
+    def ratio(row: Row) -> float | None:
+        at = reference.get(match(row))
+        return row["cost_s"] / at if at and row.get("cost_s") else None
+
+    return size_plot(out, others, "ratio", f"Modelled time relative to {base.name}",
+                     f"time / time with {base.name}", ratio, styles, series_of(rows),
+                     level=1.0)
+
+
+def draw_all(out: Path, rows: Sequence[Row], base: Baseline | None) -> list[Plot]:
+    """Every plot of the sweep into `out`, and `plots.json` describing them."""
+    styles = Styles(rows)  # one colour per model in every plot
+    plots = [
+        size_plot(out, rows, "time_vs_size", "Modelled time", "modelled time [s]",
+                  lambda r: r.get("cost_s"), styles),
+        breakdown_plot(out, rows),
+        size_plot(out, rows, "solve_time", "Solve time", "solve time [s]",
+                  lambda r: r.get("solve_s"), styles),
+    ]
+    if base is not None and any(r.get("cost_s") for r in rows):
+        plots.append(ratio_plot(out, rows, base, styles))
+    write_atomically(out / SIDECAR, json.dumps({"plots": [
+        {"name": p.name, "title": p.title, "files": [f.name for f in p.files],
+         "panels": list(p.panels)} for p in plots]}, indent=1))
+    return plots
