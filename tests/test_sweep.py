@@ -235,6 +235,21 @@ def test_keys_follow_what_decides_a_result() -> None:
     assert keys(variants=["other:"]) == base
 
 
+def test_the_progress_bar_counts_points_and_shows_an_eta() -> None:
+    import io
+
+    from rich.console import Console
+
+    screen = io.StringIO()
+    todo = points.expand(spec.from_flags(Flags("unused", **SMALL_FLAGS)))
+    with command.progress(8, 5, Console(file=screen, force_terminal=True, width=120)
+                          ) as advance:
+        advance(todo[5], {"status": "optimal"})
+    drawn = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", screen.getvalue())
+    assert "6/8" in drawn and "eta" in drawn
+    assert "va N=4096 on upmem (base, cpsat): optimal" in drawn
+
+
 # ---------------------------------------------------------------- failures
 
 

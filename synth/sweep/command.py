@@ -21,7 +21,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from synth.errors import InputError
 from synth.limits import parse_int
@@ -29,11 +29,15 @@ from synth.sweep import execute, store
 from synth.sweep.points import Baseline, Point, baseline, expand, synth_version
 from synth.sweep.spec import Flags, Spec, from_file, from_flags
 
+if TYPE_CHECKING:
+    from rich.console import Console
+
 EXIT_OK = 0
 EXIT_VALIDATION = 4
 EXIT_INTERRUPTED = 130  # 128 + SIGINT: how shells report a run stopped by Ctrl-C
 MAX_WORKERS = 1024  # more local processes than this is a typo on any machine
 ERRORS_SHOWN = 5  # failed points the summary lists (the table has them all)
+BAR_WIDTH = 24  # characters: the bar, counts and times fit 80 columns with room to spare
 
 
 def read_spec(flags: Flags) -> Spec:
@@ -98,8 +102,10 @@ def out_dir(text: str) -> Path:
 
 
 @contextlib.contextmanager
-def progress(total: int, done: int) -> Iterator[Callable[[Point, Mapping[str, Any]], None]]:
-    """A progress bar on stderr (a terminal only): points done of all, elapsed, ETA."""
+def progress(total: int, done: int, console: Console | None = None
+             ) -> Iterator[Callable[[Point, Mapping[str, Any]], None]]:
+    """A progress bar on stderr (a terminal only): points done of all, elapsed, ETA,
+    and the point that finished last."""
     from rich.console import Console
     from rich.progress import (
         BarColumn,
@@ -109,16 +115,20 @@ def progress(total: int, done: int) -> Iterator[Callable[[Point, Mapping[str, An
         TimeElapsedColumn,
         TimeRemainingColumn,
     )
+    from rich.table import Column
 
-    console = Console(stderr=True)
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-               TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn())
-    with Progress(*columns, console=console, disable=not console.is_terminal) as bar:
-        task_id = bar.add_task("sweep", total=total, completed=done)
+    console = console or Console(stderr=True)
+    last = Column(no_wrap=True, overflow="ellipsis", ratio=1)  # what gives way when narrow
+    columns = (TextColumn("sweep"), BarColumn(bar_width=BAR_WIDTH), MofNCompleteColumn(),
+               TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(),
+               TextColumn("{task.description}", table_column=last))
+    with Progress(*columns, console=console, disable=not console.is_terminal,
+                  expand=True) as bar:
+        task_id = bar.add_task("", total=total, completed=done)
 
         def advance(point: Point, result: Mapping[str, Any]) -> None:
             bar.update(task_id, advance=1,
-                       description=f"sweep ({point.describe()}: {result['status']})")
+                       description=f"{point.describe()}: {result['status']}")
 
         yield advance
 
