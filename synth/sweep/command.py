@@ -186,17 +186,23 @@ def main(flags: Flags) -> int:
     finished = run_points(points, todo, runner, out, rows) if todo else True
     elapsed = time.perf_counter() - start
     ordered = [rows[p.index] for p in points if p.index in rows]
-    written = write_outputs(out, ordered, base, spec, len(points))
+    written = write_outputs(out, ordered, base, spec, len(points), runner.workers)
     print(summary(ordered, len(points), elapsed, written, finished), flush=True)
     return exit_code(ordered) if finished else EXIT_INTERRUPTED
 
 
 def write_outputs(out: Path, rows: Sequence[Mapping[str, Any]], base: Baseline | None,
-                  spec: Spec, total: int) -> list[Path]:
+                  spec: Spec, total: int, workers: int) -> list[Path]:
+    """The tables, the plots (drawn side by side by up to `workers` processes) and the
+    page; the paths written."""
     from synth.sweep import html, plots
 
     written = store.write_tables(out, rows)
-    drawn = plots.draw_all(out, rows, base)
+    if workers > 1:
+        with execute.process_pool(min(workers, len(plots.PLOTS))) as pool:
+            drawn = plots.draw_all(out, rows, base, pool.map)
+    else:
+        drawn = plots.draw_all(out, rows, base)
     title = f"synth sweep: {spec.source}" if spec.source != "flags" else "synth sweep"
     written.append(html.write_index(out, title, rows, drawn, total, base))
     return written + [path for plot in drawn for path in plot.files]

@@ -56,7 +56,8 @@ def _ignore_interrupt() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
-def _pool(workers: int) -> ProcessPoolExecutor:
+def process_pool(workers: int) -> ProcessPoolExecutor:
+    """Worker processes forked from a server that has imported the pipeline."""
     context: multiprocessing.context.BaseContext
     if "forkserver" in multiprocessing.get_all_start_methods():
         context = multiprocessing.get_context("forkserver")
@@ -87,7 +88,7 @@ class _Local:
         self.crashes: Counter[int] = Counter()
         self.running: dict[Future[dict[str, Any]], Point] = {}
         self.workers, self.run, self.emit_root = workers, run, emit_root
-        self.pool = _pool(workers)
+        self.pool = process_pool(workers)
 
     def submit(self) -> None:
         """Suspects run alone, one after the other (the one that kills its worker alone
@@ -119,7 +120,7 @@ class _Local:
     def _lost(self, lost: Sequence[Point]) -> Results:
         self.running.clear()
         self.pool.shutdown(wait=True)
-        self.pool = _pool(self.workers)
+        self.pool = process_pool(self.workers)
         for point in lost:
             self.crashes[point.index] += 1
             if self.crashes[point.index] < MAX_CRASHES:

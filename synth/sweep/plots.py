@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,10 +33,19 @@ Row = Mapping[str, Any]
 FORMATS = ("png", "svg")
 SIDECAR = "plots.json"
 PANEL_IN = (5.0, 3.6)  # inches per panel: a legible log-log plot with a legend
+MARGINS_IN = (0.85, 0.15, 0.55, 0.35)  # left, right, bottom, top of a panel: ticks, labels
+TITLE_IN = 0.4  # above the panels: the plot's title
+SUPTITLE_IN = 0.1  # from the top edge to the title
 BAR_IN = 0.22  # inches per bar of the breakdown: one line of 7-point tick labels
+BAR_HALF = 0.4  # half a bar's thickness, in bars (a fifth of the pitch stays blank)
+BREAKDOWN_BAR_IN = 5.0  # the width of the breakdown's bars (the share axis)
+LABEL_CHAR_IN = 0.055  # the width of a character of a 7-point tick label (DejaVu Sans)
+LEGEND_IN = 1.9  # right of the breakdown's bars: the legend of its parts
+PANEL_FRAME_IN = 1.0  # a breakdown panel's height besides its bars: title, share axis
+PANEL_BOTTOM_IN = 0.6  # of which below the bars: the share axis and its label
 MAX_BARS = 60  # bars per workload in the breakdown: more do not fit a readable panel
 MAX_COLUMNS = 3  # panels per row
-MAX_TICKS = 8  # labelled ticks on a size axis: more overlap in a panel's width
+MAX_TICKS = 7  # labelled ticks on a size axis: more overlap in a panel's width
 STYLES = ("-", "--", ":", "-.")
 
 
@@ -91,8 +100,12 @@ class Styles:
     """Colours by hardware model, line styles by the other series of the model."""
 
     def __init__(self, rows: Sequence[Row]) -> None:
+        """The styles of every series of `rows`, whichever rows a plot then draws."""
         self.models = list(dict.fromkeys(str(r["hardware"]) for r in rows))
         self.seen: dict[str, list[str]] = {}
+        label = series_of(rows)
+        for row in rows:
+            self(str(row["hardware"]), label(row))
 
     def __call__(self, model: str, label: str) -> dict[str, Any]:
         labels = self.seen.setdefault(model, [])
@@ -107,12 +120,20 @@ class Styles:
 # ---------------------------------------------------------------- figures
 
 
-def _figure(panels: int, size: tuple[float, float] = PANEL_IN) -> tuple[Any, list[Any]]:
+def _figure(panels: int) -> tuple[Any, list[Any]]:
+    """A grid of `panels` panels of `PANEL_IN`, with fixed margins in inches (matplotlib's
+    constrained layout found the same margins at a third of a plot's drawing time)."""
     from matplotlib.figure import Figure
 
     columns = max(1, min(MAX_COLUMNS, panels))
     rows = max(1, math.ceil(panels / columns))
-    figure = Figure(figsize=(size[0] * columns, size[1] * rows), layout="constrained")
+    width, height = PANEL_IN[0] * columns, PANEL_IN[1] * rows + TITLE_IN
+    figure = Figure(figsize=(width, height))
+    left, right, bottom, top = MARGINS_IN
+    figure.subplots_adjust(left=left / width, right=1 - right / width, bottom=bottom / height,
+                           top=1 - (top + TITLE_IN) / height,
+                           wspace=(left + right) / (PANEL_IN[0] - left - right),
+                           hspace=(top + bottom) / (PANEL_IN[1] - top - bottom))
     axes = list(figure.subplots(rows, columns, squeeze=False).flat)
     for unused in axes[panels:]:
         unused.set_visible(False)
@@ -123,20 +144,19 @@ def _panel(ax: Any) -> dict[str, Any]:
     """A panel as drawn: its title and the labels of its series (lines or bars)."""
     lines = [line.get_label() for line in ax.get_lines()
              if not line.get_label().startswith("_")]
-    bars = [c.get_label() for c in ax.containers if not c.get_label().startswith("_")]
+    bars = [c.get_label() for c in ax.collections if not c.get_label().startswith("_")]
     return {"title": ax.get_title(), "series": lines or bars,
             "points": sum(len(line.get_xdata()) for line in ax.get_lines()
                           if not line.get_label().startswith("_"))}
 
 
 def _save(figure: Any, out: Path, name: str, title: str, axes: Sequence[Any]) -> Plot:
-    figure.suptitle(title)
+    figure.suptitle(title, y=1 - SUPTITLE_IN / figure.get_figheight())
     panels = tuple(_panel(ax) for ax in axes)
     files = []
     for fmt in FORMATS:
         path = out / f"{name}.{fmt}"
         figure.savefig(path, format=fmt)
-        figure.set_layout_engine("none")  # laid out once: the next format reuses it
         files.append(path)
     return Plot(name, title, tuple(files), panels)
 
@@ -163,6 +183,17 @@ def _lines(ax: Any, rows: Sequence[Row], value: Callable[[Row], float | None],
         ax.legend(fontsize=7)
 
 
+BINARY = (("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10))
+
+
+def binary(value: float) -> str:
+    """A size tick: `4Ki` for 4096, `1Mi` for 2^20, `96` for 96."""
+    for suffix, scale in BINARY:
+        if value >= scale and value % scale == 0:
+            return f"{value / scale:g}{suffix}"
+    return f"{value:g}"
+
+
 def _log_ticks(ax: Any, unit: str | None) -> None:
     """Plain-text tick labels on log axes (`64k`, `1 ms`): matplotlib's default labels
     are mathtext (`$10^{3}$`), which took most of the time of drawing a plot. Sizes get
@@ -171,7 +202,7 @@ def _log_ticks(ax: Any, unit: str | None) -> None:
 
     ax.xaxis.set_major_locator(LogLocator(base=2, numticks=MAX_TICKS))
     ax.xaxis.set_minor_formatter(NullFormatter())
-    ax.xaxis.set_major_formatter(EngFormatter(sep=""))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda value, _: binary(value)))
     plain = FuncFormatter(lambda value, _: f"{value:g}")
     formatter = EngFormatter(unit=unit) if unit else plain
     low, high = ax.get_ylim()
@@ -212,30 +243,56 @@ def _breakdown_groups(rows: Sequence[Row]) -> tuple[dict[str, list[Row]], list[s
 
 
 def breakdown_plot(out: Path, rows: Sequence[Row]) -> Plot:
-    """Per workload, one horizontal bar per solved point: the shares of its parts."""
+    """Per workload, one horizontal bar per solved point: the shares of its parts (the
+    parts of that workload's points only), the total time in its label."""
     from matplotlib.figure import Figure
 
     groups, parts = _breakdown_groups(rows)
-    heights = [1.0 + BAR_IN * len(g) for g in groups.values()] or [1.0]
-    figure = Figure(figsize=(PANEL_IN[0] * 2, sum(heights) + 0.6), layout="constrained")
-    axes = list(figure.subplots(len(heights), 1, squeeze=False,
-                                height_ratios=heights).flat)
     label = series_of(rows)
-    for ax, (workload, group) in zip(axes, groups.items(), strict=False):
-        names = [" ".join(f"{k}={v}" for k, v in r["sizes"].items())
-                 + f" · {label(r)} ({format_seconds(r['cost_s'])})" for r in group]
-        left = [0.0] * len(group)
-        for index, part in enumerate(parts):
-            shares = [r["breakdown_s"].get(part, 0.0) / r["cost_s"] for r in group]
-            ax.barh(names, shares, left=left, label=part, color=f"C{index % 10}")
-            left = [a + b for a, b in zip(left, shares, strict=True)]
+    names = {w: [" ".join(f"{k}={v}" for k, v in r["sizes"].items())
+                 + f" · {label(r)} ({format_seconds(r['cost_s'])})" for r in g]
+             for w, g in groups.items()}
+    longest = max((len(n) for labels in names.values() for n in labels), default=10)
+    left_in = LABEL_CHAR_IN * longest + 0.3
+    width = left_in + BREAKDOWN_BAR_IN + LEGEND_IN
+    heights = [PANEL_FRAME_IN + BAR_IN * len(g) for g in groups.values()]
+    height = sum(heights) + TITLE_IN
+    figure = Figure(figsize=(width, height))
+    axes, top = [], height - TITLE_IN
+    for panel_height in heights:
+        bottom = top - panel_height + PANEL_BOTTOM_IN
+        axes.append(figure.add_axes((left_in / width, bottom / height,
+                                     BREAKDOWN_BAR_IN / width,
+                                     (panel_height - PANEL_FRAME_IN) / height)))
+        top -= panel_height
+    for ax, (workload, group) in zip(axes, groups.items(), strict=True):
+        _stack(ax, names[workload], group, parts)
         ax.set_title(workload)
-        ax.set_xlim(0, 1)
-        ax.set_xlabel("share of the modelled time")
-        ax.invert_yaxis()
-        ax.tick_params(axis="y", labelsize=7)
-        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
-    return _save(figure, out, "breakdown", "Modelled time by part", axes[:len(groups)])
+    return _save(figure, out, "breakdown", "Modelled time by part", axes)
+
+
+def _stack(ax: Any, names: Sequence[str], group: Sequence[Row], parts: Sequence[str]
+           ) -> None:
+    """One bar per row, its parts' shares stacked: one collection of rectangles per part
+    (a `barh` per part made one artist per rectangle, and drew ten times slower)."""
+    from matplotlib.collections import PolyCollection
+
+    left = [0.0] * len(group)
+    for index, part in enumerate(parts):
+        shares = [r["breakdown_s"].get(part, 0.0) / r["cost_s"] for r in group]
+        boxes = [((x, y - BAR_HALF), (x + w, y - BAR_HALF), (x + w, y + BAR_HALF),
+                  (x, y + BAR_HALF)) for y, (x, w) in enumerate(zip(left, shares,
+                                                                     strict=True)) if w > 0]
+        if boxes:  # a part none of these points has: no bars, no legend entry
+            ax.add_collection(PolyCollection(boxes, facecolors=f"C{index % 10}",
+                                             label=part))
+            left = [a + b for a, b in zip(left, shares, strict=True)]
+    ax.set_yticks(range(len(names)), names)
+    ax.set_ylim(len(names) - 0.5, -0.5)  # the first point on top
+    ax.set_xlim(0, 1)
+    ax.set_xlabel("share of the modelled time")
+    ax.tick_params(axis="y", labelsize=7)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
 
 
 def ratio_plot(out: Path, rows: Sequence[Row], base: Baseline, styles: Styles) -> Plot:
@@ -258,18 +315,36 @@ def ratio_plot(out: Path, rows: Sequence[Row], base: Baseline, styles: Styles) -
                      level=1.0)
 
 
-def draw_all(out: Path, rows: Sequence[Row], base: Baseline | None) -> list[Plot]:
-    """Every plot of the sweep into `out`, and `plots.json` describing them."""
-    styles = Styles(rows)  # one colour per model in every plot
-    plots = [
-        size_plot(out, rows, "time_vs_size", "Modelled time", "modelled time [s]",
-                  lambda r: r.get("cost_s"), styles),
-        breakdown_plot(out, rows),
-        size_plot(out, rows, "solve_time", "Solve time", "solve time [s]",
-                  lambda r: r.get("solve_s"), styles),
-    ]
-    if base is not None and any(r.get("cost_s") for r in rows):
-        plots.append(ratio_plot(out, rows, base, styles))
+PLOTS = ("time_vs_size", "breakdown", "solve_time", "ratio")
+
+
+def draw(name: str, out: Path, rows: Sequence[Row], base: Baseline | None) -> Plot:
+    """One of `PLOTS` into `out` (a module-level function: worker processes draw them)."""
+    styles = Styles(rows)  # the same colour for a model in every plot
+    if name == "time_vs_size":
+        return size_plot(out, rows, name, "Modelled time", "modelled time [s]",
+                         lambda r: r.get("cost_s"), styles)
+    if name == "solve_time":
+        return size_plot(out, rows, name, "Solve time", "solve time [s]",
+                         lambda r: r.get("solve_s"), styles)
+    if name == "breakdown":
+        return breakdown_plot(out, rows)
+    assert name == "ratio" and base is not None
+    return ratio_plot(out, rows, base, styles)
+
+
+Mapper = Callable[..., Iterator[Plot]]
+
+
+def draw_all(out: Path, rows: Sequence[Row], base: Baseline | None,
+             mapper: Mapper = map) -> list[Plot]:
+    """Every plot of the sweep into `out` (each by `draw`, through `mapper`: `map`, or
+    a process pool's), and `plots.json` describing them. The ratio plot needs a
+    baseline and a solved point."""
+    names = [n for n in PLOTS if n != "ratio"
+             or (base is not None and any(r.get("cost_s") for r in rows))]
+    count = len(names)
+    plots = list(mapper(draw, names, [out] * count, [rows] * count, [base] * count))
     write_atomically(out / SIDECAR, json.dumps({"plots": [
         {"name": p.name, "title": p.title, "files": [f.name for f in p.files],
          "panels": list(p.panels)} for p in plots]}, indent=1))
