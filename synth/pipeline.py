@@ -33,9 +33,8 @@ from synth.constraints import cpsat, exhaustive, explain, greedy, user, z3backen
 from synth.constraints.cost import Model, build_model, evaluate_cost
 from synth.constraints.result import SolveResult, Status
 from synth.constraints.space import candidate_kernels
-from synth.emit.mlir import emit_mlir
-from synth.emit.mlir_check import MlirCheck, check_mlir, require_bindings
-from synth.emit.upmem import CheckResult, check_upmem, emit_upmem
+from synth.emit import targets
+from synth.emit.targets import Emitted
 from synth.errors import InputError, IRError
 from synth.hardware import Hardware, Memory
 from synth.hwfile import load_hardware
@@ -109,18 +108,7 @@ class Outcome:
     emitted: Emitted | None = None  # --emit: the source written, and its check
 
 
-EMITTERS = ("upmem", "mlir")
-
-
-@dataclass(frozen=True)
-class Emitted:
-    """The program's source for one target, and the result of building and running it
-    against the reference (None when validation is off)."""
-
-    target: str
-    path: str
-    files: tuple[str, ...]
-    check: CheckResult | MlirCheck | None
+EMITTERS = targets.names()
 
 
 @dataclass(frozen=True)
@@ -259,43 +247,35 @@ def validate(program: Program, workload: Workload, seed: int = 0) -> Validation:
         wall_s=time.perf_counter() - start, per_output=per_output)
 
 
-def check_emit(request: Request) -> None:
-    """--emit names a known target and comes with --out (and --out with --emit)."""
+def check_emit(request: Request, hw: Hardware | None = None) -> None:
+    """--emit names a known target and comes with --out (and --out with --emit); with the
+    hardware, the target can run on it (see `synth.emit.targets`)."""
     if request.emit is None:
         if request.out_dir is not None:
             raise InputError(f"--out {request.out_dir}: expected --emit TARGET too "
                              f"({', '.join(EMITTERS)})")
         return
-    if request.emit not in EMITTERS:
-        raise InputError(f"--emit {request.emit}: unknown target; expected one of "
-                         f"{', '.join(EMITTERS)}")
+    target = targets.target(request.emit)
     if not request.out_dir:
         raise InputError(f"--emit {request.emit}: expected --out DIR, the directory to "
                          f"write the program into")
-    if request.emit == "mlir" and request.validate:
-        require_bindings()  # checking needs torch-mlir: say so before solving
+    if hw is not None:
+        target.require(hw, request.validate)
 
 
 def emit(request: Request, program: Program, workload: Workload, hw: Hardware) -> Emitted:
     """Write the source for `request.emit` into `request.out_dir` and, unless validation
     is off, build it and run it on the validation inputs against the reference."""
-    check_emit(request)
+    check_emit(request, hw)
     assert request.emit is not None and request.out_dir is not None
+    target = targets.target(request.emit)
     inputs = make_inputs(workload, request.seed)
-    expected, sigmas = evaluate_errors(workload, inputs)
-    out_dir: Path
-    check: CheckResult | MlirCheck | None
-    if request.emit == "mlir":
-        mlir = emit_mlir(program, workload, hw, request.out_dir, inputs, expected, sigmas)
-        out_dir, files = mlir.out_dir, mlir.files
-        check = check_mlir(out_dir) if request.validate else None
-    else:
-        emission = emit_upmem(program, workload, hw, request.out_dir, inputs, expected,
-                              sigmas)
-        out_dir, files = emission.out_dir, emission.files
-        check = check_upmem(out_dir) if request.validate else None
-    return Emitted(request.emit, str(out_dir), tuple(str(f.relative_to(out_dir)) for f in files),
-                   check)
+    expected, bounds = evaluate_errors(workload, inputs)
+    out_dir = Path(request.out_dir)
+    files = target.emit(program, workload, hw, out_dir, inputs, expected, bounds)
+    check = target.check(out_dir) if request.validate else None
+    return Emitted(request.emit, str(out_dir),
+                   tuple(str(f.relative_to(out_dir)) for f in files), check)
 
 
 def run(request: Request) -> Outcome:
@@ -312,6 +292,7 @@ def run(request: Request) -> Outcome:
     workload = timed("parse", parse, request)
     dep = timed("ranges", dependence, request, workload) if request.ranges else None
     hw = timed("hardware", hardware, request)
+    check_emit(request, hw)  # before solving: a target that cannot run here is bad input
     model = timed("encode", encode, workload, hw, request.constraints, request.fixes,
                   request.drops)
     result = timed("solve", solve, model, request.solver, request.time_limit_s)

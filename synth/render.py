@@ -24,12 +24,11 @@ from synth.constraints import user
 from synth.constraints.cost import Model
 from synth.constraints.explain import GroupStatus, group_infos
 from synth.constraints.result import Status
-from synth.emit.mlir_check import MlirCheck
 from synth.errors import SynthError
 from synth.hwfile import list_builtin_hardware, load_hardware
 from synth.ir.printer import print_program
 from synth.lang import list_builtin_workloads, load_workload
-from synth.pipeline import Emitted, Outcome, Request
+from synth.pipeline import Outcome, Request
 
 DOCS = {"the .syn workload language": "docs/language.md",
         "the hardware model format (TOML)": "docs/hardware.md"}
@@ -252,47 +251,7 @@ def print_human(outcome: Outcome, request: Request, total_s: float) -> None:
     if smallest is not None:
         console.print(smallest, markup=False, soft_wrap=True)
     if outcome.emitted is not None:
-        console.print(emitted_lines(outcome.emitted), markup=False, soft_wrap=True)
-
-
-def emitted_lines(emitted: Emitted) -> str:
-    """Where the source went, and how its build-and-run check against the reference went
-    (the end of the log when it failed)."""
-    if emitted.target == "mlir":
-        return mlir_lines(emitted)
-    sources = [f for f in emitted.files if f.endswith(".c") and "/" not in f
-               and not f.startswith("standin_")]
-    head = f"emitted {emitted.target} C to {emitted.path}: {', '.join(sources)}, Makefile"
-    check = emitted.check
-    if check is None:
-        return head + " (not checked: --no-validate)"
-    verdict = "passed" if check.passed else "FAILED"
-    lines = [head, f"make check (stand-in runtime, reference data): {verdict} "
-                   f"({check.seconds:.2f} s)"]
-    if not check.passed:
-        lines += check.log.strip().splitlines()[-15:]
-    return "\n".join(lines)
-
-
-def mlir_lines(emitted: Emitted) -> str:
-    """The MLIR files, and how far upstream MLIR got with them: verified, transformed,
-    run against the reference (MLIR's diagnostics when a step failed)."""
-    sources = [f for f in emitted.files if f.endswith(".mlir")]
-    head = f"emitted MLIR to {emitted.path}: {', '.join(sources)}"
-    check = emitted.check
-    if not isinstance(check, MlirCheck):
-        return head + " (not checked: --no-validate)"
-    steps = [f"schedule.mlir {'verified' if check.verified else 'does NOT verify'}",
-             f"transform.mlir {'applied' if check.transform_applied else 'NOT applied'}",
-             f"both {'ran' if check.executed else 'did NOT run'}"]
-    error = ("" if check.max_abs_err is None
-             else f", max abs err {format_error(check.max_abs_err)}")
-    verdict = "passed" if check.passed else "FAILED"
-    lines = [head, f"MLIR check (upstream MLIR via torch-mlir, reference data): {verdict}: "
-                   f"{', '.join(steps)}{error} ({check.seconds:.2f} s)"]
-    if not check.passed:
-        lines += check.log.strip().splitlines()[-25:]
-    return "\n".join(lines)
+        console.print(outcome.emitted.lines(), markup=False, soft_wrap=True)
 
 
 def print_json(outcome: Outcome, total_s: float) -> None:

@@ -23,7 +23,6 @@ from synth.constraints import expr as ex
 from synth.constraints.explain import group_infos
 from synth.constraints.result import Status
 from synth.constraints.space import SlotKind
-from synth.emit.mlir_check import MlirCheck
 from synth.ir.nodes import Alloc, BufferDecl, Kernel, Program, walk
 from synth.ir.printer import loop_summary, print_program
 from synth.pipeline import Outcome
@@ -368,25 +367,9 @@ def verification(outcome: Outcome) -> dict[str, Any] | None:
 
 
 def emitted_json(outcome: Outcome) -> dict[str, Any]:
-    """`{"upmem": {"path", "files", "checked", "passed", "seconds", "log"}}` or
-    `{"mlir": {"path", "files", "checked", "verified", "transform_applied", "executed",
-    "passed", "max_abs_err", "seconds", "log"}}` for --emit; the check's keys are None when
-    it did not run (--no-validate)."""
-    emitted = outcome.emitted
-    if emitted is None:
-        return {}
-    check = emitted.check
-    data: dict[str, Any] = {"path": emitted.path, "files": list(emitted.files),
-                            "checked": check is not None}
-    if emitted.target == "mlir":
-        mlir = check if isinstance(check, MlirCheck) else None
-        for key in ("verified", "transform_applied", "executed", "passed", "max_abs_err"):
-            data[key] = getattr(mlir, key) if mlir is not None else None
-    else:
-        data["passed"] = check.passed if check is not None else None
-    data["seconds"] = check.seconds if check is not None else None
-    data["log"] = check.log[-4000:] if check is not None else None
-    return {emitted.target: data}
+    """`{target: {"path", "files", "checked", ...}}` for --emit, with the target's own
+    keys (see each target's `json`; None where the check did not run), else `{}`."""
+    return outcome.emitted.json() if outcome.emitted is not None else {}
 
 
 def to_json(outcome: Outcome) -> dict[str, Any]:

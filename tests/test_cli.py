@@ -481,10 +481,10 @@ def test_emit_usage_errors_exit_2_before_solving(args: list[str], message: str) 
 
 def test_a_failed_emitted_check_exits_4(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
                                         ) -> None:
-    from synth import pipeline
+    from synth.emit import upmem
     from synth.emit.upmem import CheckResult
 
-    monkeypatch.setattr(pipeline, "check_upmem",
+    monkeypatch.setattr(upmem, "check_upmem",
                         lambda out: CheckResult(False, "dpu 3: mram_read of 4096 bytes", 0.1))
     result = invoke("solve", "va", "--hw", "upmem", "--set", "N=4096", "--emit", "upmem",
                     "--out", str(tmp_path))

@@ -1848,3 +1848,54 @@ def _write_data(data: Path, workload: Workload, inputs: Mapping[str, np.ndarray]
     return written
 
 
+
+
+# ---------------------------------------------------------------- the --emit table entry
+
+
+class UpmemTarget:
+    """`--emit upmem` (see `synth.emit.targets`)."""
+
+    name = "upmem"
+
+    def require(self, hw: Hardware, validate: bool) -> None:
+        levels = tuple(lvl.name for lvl in hw.levels)
+        memories = tuple(m.name for m in hw.memories)
+        if levels != LEVELS or memories != MEMORIES:
+            raise EmitError(f"--emit upmem needs a hardware model with levels "
+                            f"{' > '.join(LEVELS)} and memories {' > '.join(MEMORIES)}; "
+                            f"{hw.name} has levels {' > '.join(levels)} and memories "
+                            f"{' > '.join(memories)}")
+
+    def emit(self, program: Program, workload: Workload, hw: Hardware, out_dir: Path,
+             inputs: Mapping[str, np.ndarray], expected: Mapping[str, np.ndarray],
+             bounds: Mapping[str, np.ndarray]) -> tuple[Path, ...]:
+        return emit_upmem(program, workload, hw, out_dir, inputs, expected, bounds).files
+
+    def check(self, out_dir: Path) -> CheckResult:
+        return check_upmem(out_dir)
+
+    def json(self, check: object) -> dict[str, object]:
+        """`passed`, `seconds`, `log` (the end of what `make check` printed)."""
+        found = check if isinstance(check, CheckResult) else None
+        return {"passed": found.passed if found else None,
+                "seconds": found.seconds if found else None,
+                "log": found.log[-4000:] if found else None}
+
+    def lines(self, path: str, files: Sequence[str], check: object) -> str:
+        """Where the source went, and how `make check` went (the end of its log when it
+        failed)."""
+        sources = [f for f in files if f.endswith(".c") and "/" not in f
+                   and not f.startswith("standin_")]
+        head = f"emitted upmem C to {path}: {', '.join(sources)}, Makefile"
+        if not isinstance(check, CheckResult):
+            return head + " (not checked: --no-validate)"
+        verdict = "passed" if check.passed else "FAILED"
+        lines = [head, f"make check (stand-in runtime, reference data): {verdict} "
+                       f"({check.seconds:.2f} s)"]
+        if not check.passed:
+            lines += check.log.strip().splitlines()[-15:]
+        return "\n".join(lines)
+
+
+TARGET = UpmemTarget()

@@ -176,6 +176,9 @@ class Kernel:
     name: str
     statements: tuple[str, ...]
     body: tuple[Node, ...]
+    # the dimension its innermost tiles are SIMD vectors along (a schedule decision on
+    # models with vector registers, `vec.<kernel>`); None: not decided
+    vector: str | None = None
 
 
 @dataclass(frozen=True)

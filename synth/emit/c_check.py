@@ -1,0 +1,171 @@
+"""Checks the C that `synth.emit.c` wrote: build, run against the reference, time.
+
+`check_c(out_dir)` runs `python -m synth.emit.c_check out_dir` in a child process, so a
+crash of the emitted code (or of the compiler) is a failed check, not a dead synth. The
+child:
+
+1. builds `libsynth.so` with the system C compiler (`make`, flags in `synth.emit.c`);
+2. loads it with ctypes, runs `synth_run` on the validation inputs written beside it,
+   and compares every output with the reference (`synth.reference.compare`);
+3. times it: one warm-up call, then the median of at least `MIN_RUNS` calls (more when
+   a call is short, up to `MAX_RUNS`), the compiled computation only; and NumPy
+   evaluating the same workload (`synth.numpy_eval`) timed the same way.
+
+It prints one JSON object, which `check_c` reads back into a `CCheck`.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import math
+import os
+import pickle
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+MIN_RUNS = 5
+MAX_RUNS = 50
+TIMING_BUDGET_S = 0.5  # per side: repeat a short call until about this much was spent
+WORKLOAD_FILE = "workload.pkl"
+
+
+@dataclass(frozen=True)
+class CCheck:
+    built: bool
+    passed: bool  # built, ran, and every output matched the reference
+    max_abs_err: float | None
+    max_rel_err: float | None
+    run_s: float | None  # median time of one synth_run call
+    numpy_s: float | None  # median time of NumPy evaluating the workload
+    threads: int | None  # the most threads a kernel uses
+    seconds: float  # the whole check
+    log: str  # the compiler's output and the per-output verdicts
+
+    @property
+    def speedup_vs_numpy(self) -> float | None:
+        if self.run_s is None or self.numpy_s is None or self.run_s <= 0:
+            return None
+        return self.numpy_s / self.run_s
+
+
+def check_c(out_dir: str | Path, timeout_s: float = 600.0, time_runs: bool = True
+            ) -> CCheck:
+    """Run the check in a child process; a crash or a timeout is a failed check."""
+    start = time.perf_counter()
+    args = [sys.executable, "-m", "synth.emit.c_check", str(out_dir)]
+    if not time_runs:
+        args.append("--no-timing")
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        return _failed(f"check timed out after {timeout_s:g} s\n{err}", start)
+    try:
+        data = json.loads(out.strip().splitlines()[-1])
+    except (json.JSONDecodeError, IndexError):
+        how = (f"killed by signal {-proc.returncode}" if proc.returncode < 0
+               else f"exit {proc.returncode}")
+        built = (Path(out_dir) / "libsynth.so").exists()  # it crashed after building
+        return _failed(f"the emitted program crashed ({how})\n{out}{err}", start, built)
+    return CCheck(**data, seconds=time.perf_counter() - start)
+
+
+def _failed(log: str, start: float, built: bool = False) -> CCheck:
+    return CCheck(built, False, None, None, None, None, None, time.perf_counter() - start, log)
+
+
+# ---------------------------------------------------------------- the child
+
+
+def build(out: Path) -> tuple[bool, str]:
+    proc = subprocess.run(["make", "--no-print-directory", "-C", str(out)],
+                          capture_output=True, text=True)
+    return proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def median_time(fn: Callable[[], object]) -> float:
+    """Median seconds of one call: a warm-up, then at least MIN_RUNS timed calls."""
+    fn()
+    times: list[float] = []
+    while len(times) < MIN_RUNS or (sum(times) < TIMING_BUDGET_S and len(times) < MAX_RUNS):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def run_child(out: Path, time_runs: bool) -> dict[str, Any]:
+    from synth import numpy_eval
+    from synth.emit.c import LIBRARY
+    from synth.reference import compare
+
+    built, log = build(out)
+    result: dict[str, Any] = {"built": built, "passed": False, "max_abs_err": None,
+                              "max_rel_err": None, "run_s": None, "numpy_s": None,
+                              "threads": None, "log": log}
+    if not built:
+        return result
+    workload = pickle.loads((out / "data" / WORKLOAD_FILE).read_bytes())
+    inputs = {t.name: np.load(out / "data" / f"input_{t.name}.npy") for t in workload.inputs}
+    tensors = {name: (np.ascontiguousarray(inputs[name]) if name in inputs
+                      else np.zeros(t.shape, dtype=t.dtype.numpy))
+               for name, t in workload.tensors.items()}
+    lib = ctypes.CDLL(str((out / LIBRARY).resolve()))
+    pointers = (ctypes.c_void_p * len(tensors))(*(a.ctypes.data for a in tensors.values()))
+    lib.synth_run(pointers)
+    errors, lines = _compare(workload, tensors, out, compare)
+    result.update(passed=all(ok for ok, _, _ in errors.values()),
+                  max_abs_err=max((e[1] for e in errors.values()), default=0.0),
+                  max_rel_err=max((e[2] for e in errors.values()), default=0.0),
+                  threads=int(lib.synth_threads()), log=log + "\n".join(lines))
+    if time_runs and result["passed"]:
+        result["run_s"] = median_time(lambda: lib.synth_run(pointers))
+        result["numpy_s"] = median_time(lambda: numpy_eval.evaluate(workload, inputs))
+    return result
+
+
+def _compare(workload: Any, tensors: Mapping[str, np.ndarray], out: Path,
+             compare: Callable[..., tuple[Any, ...]]
+             ) -> tuple[dict[str, tuple[bool, float, float]], list[str]]:
+    """Each output against the reference, within the per-element tolerances of its error
+    bound (`bound_<name>.npy`, see `synth.reference.compare`)."""
+    errors = {}
+    lines = []
+    for tensor in workload.outputs:
+        expected = np.load(out / "data" / f"expected_{tensor.name}.npy")
+        bound_file = out / "data" / f"bound_{tensor.name}.npy"
+        bound = np.load(bound_file) if bound_file.exists() else None
+        ok, abs_err, rel_err, *_ = compare(expected, tensors[tensor.name], tensor.dtype,
+                                           bound)
+        errors[tensor.name] = (ok, _finite(abs_err), _finite(rel_err))
+        lines.append(f"{tensor.name}: {'matches' if ok else 'DIFFERS from'} the reference "
+                     f"(max abs err {abs_err:.3g}, max rel err {rel_err:.3g})")
+    return errors, lines
+
+
+def _finite(value: float) -> float:
+    return value if math.isfinite(value) else sys.float_info.max
+
+
+def main(argv: list[str]) -> int:
+    out = Path(argv[0])
+    result = run_child(out, time_runs="--no-timing" not in argv)
+    print(json.dumps(result, allow_nan=False))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

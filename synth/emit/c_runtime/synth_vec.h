@@ -1,0 +1,139 @@
+/* synth's vector helpers for emitted CPU code (C11 + GCC/Clang vector extensions).
+ *
+ * SYNTH_VB, the vector width in bytes, is defined before this file is included: the
+ * hardware model's register width (64 with AVX-512, 32 with AVX2, 16 with SSE/NEON).
+ * Vectors are plain `vector_size` types, so the arithmetic below is explicit SIMD on any
+ * target GCC or Clang supports; where the machine has narrower registers the compiler
+ * splits them. No -ffast-math is needed or assumed: every routine here is written to stay
+ * within synth's f32 validation tolerance (about 1e-4 relative) on its own.
+ *
+ * exp, log and tanh are Cephes-style range reductions with minimax polynomials (Moshier,
+ * Cephes Math Library, expf.c / logf.c / tanhf.c: max relative error about 2 ulp on the
+ * ranges used here); sqrt is the hardware's correctly rounded square root.
+ */
+#ifndef SYNTH_VEC_H
+#define SYNTH_VEC_H
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
+
+#define SYNTH_W (SYNTH_VB / 4) /* lanes of a 32-bit vector */
+
+typedef float vf32 __attribute__((vector_size(SYNTH_VB)));
+typedef int32_t vi32 __attribute__((vector_size(SYNTH_VB)));
+/* unaligned, aliasing views for loads and stores from plain arrays */
+typedef float uf32 __attribute__((vector_size(SYNTH_VB), aligned(4), may_alias));
+typedef int32_t ui32 __attribute__((vector_size(SYNTH_VB), aligned(4), may_alias));
+
+static inline vf32 vload_f32(const float *p) { return *(const uf32 *)p; }
+static inline vi32 vload_i32(const int32_t *p) { return *(const ui32 *)p; }
+static inline void vstore_f32(float *p, vf32 v) { *(uf32 *)p = v; }
+static inline void vstore_i32(int32_t *p, vi32 v) { *(ui32 *)p = v; }
+static inline vf32 vsplat_f32(float x) { return (vf32){0} + x; }
+static inline vi32 vsplat_i32(int32_t x) { return (vi32){0} + x; }
+
+/* m ? a : b per lane, m from a vector comparison (all ones or all zeros) */
+static inline vf32 vselect_f32(vi32 m, vf32 a, vf32 b) {
+    return (vf32)((m & (vi32)a) | (~m & (vi32)b));
+}
+static inline vi32 vselect_i32(vi32 m, vi32 a, vi32 b) { return (m & a) | (~m & b); }
+
+/* max and min as the scalar C helpers compute them: a > b ? a : b */
+static inline vf32 vmax_f32(vf32 a, vf32 b) { return vselect_f32(a > b, a, b); }
+static inline vf32 vmin_f32(vf32 a, vf32 b) { return vselect_f32(a < b, a, b); }
+static inline vi32 vmax_i32(vi32 a, vi32 b) { return vselect_i32(a > b, a, b); }
+static inline vi32 vmin_i32(vi32 a, vi32 b) { return vselect_i32(a < b, a, b); }
+static inline vf32 vabs_f32(vf32 a) { return (vf32)((vi32)a & 0x7fffffff); }
+static inline vi32 vabs_i32(vi32 a) { return vselect_i32(a < 0, -a, a); }
+
+/* integer division as synth's reference defines it: truncating, x / 0 == 0 */
+static inline vi32 vdiv_i32(vi32 a, vi32 b) {
+    vi32 r;
+    for (int l = 0; l < SYNTH_W; l++)
+        r[l] = b[l] == 0 ? 0 : b[l] == -1 ? -a[l] : a[l] / b[l];
+    return r;
+}
+
+static inline vf32 vsqrt_f32(vf32 x) {
+#if SYNTH_VB == 64 && defined(__AVX512F__)
+    return (vf32)_mm512_sqrt_ps((__m512)x);
+#elif SYNTH_VB == 32 && defined(__AVX__)
+    return (vf32)_mm256_sqrt_ps((__m256)x);
+#elif SYNTH_VB == 16 && defined(__SSE__)
+    return (vf32)_mm_sqrt_ps((__m128)x);
+#else
+    vf32 r;
+    for (int l = 0; l < SYNTH_W; l++) r[l] = sqrtf(x[l]);
+    return r;
+#endif
+}
+
+static inline vf32 vexp_f32(vf32 x) {
+    const vf32 magic = vsplat_f32(12582912.0f); /* 1.5 * 2^23: adding it rounds to an integer */
+    vi32 over = x > 88.72283935546875f;         /* exp overflows f32 */
+    vi32 under = x < -86.5f;                    /* below: 0 (the result would be < 2.7e-38) */
+    vi32 nan = x != x;
+    vf32 xc = vselect_f32(under, vsplat_f32(0.0f), vselect_f32(over, vsplat_f32(0.0f), x));
+    vf32 t = xc * 1.44269504088896341f + magic;
+    vi32 n = (vi32)t - (vi32)magic; /* round(x / ln 2) */
+    vf32 nf = t - magic;
+    vf32 r = xc - nf * 0.693359375f + nf * 2.12194440e-4f; /* x - n ln 2, in two parts */
+    vf32 z = r * r;
+    vf32 p = ((((1.9875691500e-4f * r + 1.3981999507e-3f) * r + 8.3334519073e-3f) * r
+               + 4.1665795894e-2f) * r + 1.6666665459e-1f) * r + 5.0000001201e-1f;
+    p = p * z + r + 1.0f;
+    vf32 y = (p + p) * (vf32)((n + 126) << 23); /* p * 2^n, as (2p) * 2^(n-1) */
+    y = vselect_f32(over, vsplat_f32(INFINITY), vselect_f32(under, vsplat_f32(0.0f), y));
+    return vselect_f32(nan, x, y);
+}
+
+static inline vf32 vlog_f32(vf32 x) {
+    vi32 bits = (vi32)x;
+    vi32 e = ((bits >> 23) & 0xff) - 126;
+    vf32 m = (vf32)((bits & 0x007fffff) | 0x3f000000); /* x = m * 2^e, m in [0.5, 1) */
+    vi32 small = m < 0.707106781186547524f;
+    e = e - (small & 1);
+    m = vselect_f32(small, m + m, m) - 1.0f;
+    vf32 ef = __builtin_convertvector(e, vf32);
+    vf32 z = m * m;
+    vf32 p = ((((((((7.0376836292e-2f * m - 1.1514610310e-1f) * m + 1.1676998740e-1f) * m
+                   - 1.2420140846e-1f) * m + 1.4249322787e-1f) * m - 1.6668057665e-1f) * m
+                + 2.0000714765e-1f) * m - 2.4999993993e-1f) * m + 3.3333331174e-1f);
+    vf32 y = m * z * p + ef * -2.12194440e-4f - 0.5f * z;
+    y = m + y + ef * 0.693359375f;
+    y = vselect_f32(x == 0.0f, vsplat_f32(-INFINITY), y);
+    y = vselect_f32(x < 0.0f, vsplat_f32(NAN), y);
+    y = vselect_f32(x == INFINITY, vsplat_f32(INFINITY), y);
+    /* subnormal inputs: computed in double, lane by lane (rare) */
+    vi32 tiny = (x > 0.0f) & (x < 1.17549435e-38f);
+    for (int l = 0; l < SYNTH_W; l++)
+        if (tiny[l]) y[l] = (float)log((double)x[l]);
+    return vselect_f32(x != x, x, y);
+}
+
+static inline vf32 vtanh_f32(vf32 x) {
+    vf32 a = vabs_f32(x);
+    vf32 z = x * x; /* |x| < 0.625: odd polynomial */
+    vf32 p = ((((-5.70498872745e-3f * z + 2.06390887954e-2f) * z - 5.37397155531e-2f) * z
+               + 1.33314422036e-1f) * z - 3.33332819422e-1f);
+    vf32 near = x + x * z * p;
+    vf32 far = 1.0f - 2.0f / (vexp_f32(a + a) + 1.0f); /* tanh|x| = 1 - 2 / (e^2|x| + 1) */
+    far = (vf32)(((vi32)far) | ((vi32)x & (int32_t)0x80000000)); /* the sign of x */
+    return vselect_f32(a < 0.625f, near, far);
+}
+
+/* horizontal folds of a vector of partial results (in lane order) */
+static inline float vsum_f32(vf32 v) { float s = 0.0f; for (int l = 0; l < SYNTH_W; l++) s += v[l]; return s; }
+static inline float vprod_f32(vf32 v) { float s = 1.0f; for (int l = 0; l < SYNTH_W; l++) s *= v[l]; return s; }
+static inline float vhmax_f32(vf32 v) { float s = v[0]; for (int l = 1; l < SYNTH_W; l++) s = v[l] > s ? v[l] : s; return s; }
+static inline float vhmin_f32(vf32 v) { float s = v[0]; for (int l = 1; l < SYNTH_W; l++) s = v[l] < s ? v[l] : s; return s; }
+static inline int32_t vsum_i32(vi32 v) { int32_t s = 0; for (int l = 0; l < SYNTH_W; l++) s += v[l]; return s; }
+static inline int32_t vprod_i32(vi32 v) { int32_t s = 1; for (int l = 0; l < SYNTH_W; l++) s *= v[l]; return s; }
+static inline int32_t vhmax_i32(vi32 v) { int32_t s = v[0]; for (int l = 1; l < SYNTH_W; l++) s = v[l] > s ? v[l] : s; return s; }
+static inline int32_t vhmin_i32(vi32 v) { int32_t s = v[0]; for (int l = 1; l < SYNTH_W; l++) s = v[l] < s ? v[l] : s; return s; }
+
+#endif /* SYNTH_VEC_H */
