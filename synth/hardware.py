@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from synth.errors import InputError
+from synth.tiles import Tiling
 from synth.workload import DType
 
 # Operation classes a compute table prices, per element. `base` is charged once per
@@ -99,6 +100,8 @@ class Compute:
     lanes: Mapping[str, int] = field(default_factory=dict)
     # dtype name -> the matrix instruction for a contraction in it (absent: none)
     intrinsics: Mapping[str, Intrinsic] = field(default_factory=dict)
+    # data in tiles and a DST register file (Tenstorrent; `synth.tiles`); default: neither
+    tiling: Tiling = field(default_factory=Tiling)
 
     @property
     def cycle_ps(self) -> int:

@@ -32,6 +32,7 @@ from typing import Any, TypeVar
 from synth.errors import InputError
 from synth.hardware import OP_CLASSES, Compute, Hardware, Intrinsic, Level, Memory, TransferRules
 from synth.limits import MAX_QUANTITY, MAX_SIZE, to_int
+from synth.tiles import parse_tiling
 from synth.workload import DType
 
 # Where Linux describes the caches of the first CPU; read by `detect_cache_size`. A module
@@ -67,7 +68,7 @@ _COUNT = re.compile(r"^\s*\d+\s*$", re.ASCII)
 _NUMBER = re.compile(r"\d{1,40}(?:\.\d{1,40})?(?:[eE][+-]?\d{1,4})?", re.ASCII)
 # Names and symbols become parts of variable names and of C and MLIR identifiers.
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*", re.ASCII)
-RESERVED_SYMBOLS = ("fuse", "combine", "buffers", "pack", "ext", "online", "user")
+RESERVED_SYMBOLS = ("fuse", "combine", "buffers", "pack", "ext", "online", "user", "sub")
 """Prefixes of the names the encoding gives its own variables (`fuse.K`, `combine.K.LEVEL`,
 `buffers.K.MEMORY`, `pack.K`, `ext.K.DIM`; `online` is kept for online-normalisation
 decisions, `user` names the user's constraint groups): a level or memory symbol, which
@@ -86,7 +87,7 @@ _MEMORY_KEYS = ("name", "level", "instance_level", "capacity", "reserved", "symb
 _MEMORY_FIELDS = tuple(k for k in _MEMORY_KEYS if k not in ("name", "transfer"))
 _PARENT_KEYS = ("latency", "bandwidth", "transfer")  # about the parent: not on the root memory
 _TRANSFER_KEYS = ("min", "max", "multiple", "align")
-_COMPUTE_KEYS = ("clock", "cycles", "lanes", "intrinsic")
+_COMPUTE_KEYS = ("clock", "cycles", "lanes", "intrinsic", "tile", "dst")
 _INTRINSIC_KEYS = ("shape", "cycles", "pack")
 _COMPUTE_REQUIRED = ("clock", "cycles")
 _DTYPES = tuple(d.value for d in DType)
@@ -451,6 +452,7 @@ def _override_keys(tree: Mapping[str, Any]) -> dict[str, list[tuple[str | int, .
             for op in OP_CLASSES:
                 add(f"{table}.cycles.{dtype}.{op}", (table, "cycles", dtype, op))
             add(f"{table}.lanes.{dtype}", (table, "lanes", dtype))
+    add("compute.dst.sync", ("compute", "dst", "sync"))  # tiles.SYNC_MODES
     for index, name in _named_entries(tree, "level"):
         if index == 0:
             continue  # the root level has one unit: no count or symbol to change
@@ -551,7 +553,8 @@ def _compute(value: object, where: _Where) -> Compute:
         cycles[dtype] = _cycles_table(ops, where.at("cycles", dtype))
     return Compute(clock_hz=clock_hz, cycles=cycles,
                    lanes=_lanes(table.get("lanes", {}), where.at("lanes")),
-                   intrinsics=_intrinsics(table.get("intrinsic", {}), where.at("intrinsic")))
+                   intrinsics=_intrinsics(table.get("intrinsic", {}), where.at("intrinsic")),
+                   tiling=parse_tiling(table, _DTYPES, where))
 
 
 def _intrinsics(value: object, where: _Where) -> dict[str, Intrinsic]:

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from synth.constraints import expr as ex
+from synth.constraints.dst import subblock_meanings
 from synth.constraints.explain import group_infos
 from synth.constraints.result import Status
 from synth.constraints.space import SlotKind
@@ -123,6 +124,7 @@ def _factor_meanings(outcome: Outcome) -> dict[str, str]:
                 meanings[term.name] = (f"2 when kernel {kernel} double-buffers the tiles "
                                        f"moving into {slots[index].name} (transfers overlap "
                                        f"compute), 1 otherwise")
+    meanings.update(subblock_meanings(env, used))
     for (kernel, dim, index), term in model.factors.terms.items():
         if not isinstance(term, ex.Var) or kernel not in used:
             continue  # a candidate kernel the schedule does not use: its factors mean nothing

@@ -25,6 +25,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from synth.constraints import expr as ex
+from synth.constraints.dst import tiled_constraints
 from synth.constraints.fusion import kernel_order
 from synth.constraints.space import (
     ConstraintSet,
@@ -278,7 +279,7 @@ def build_model(workload: Workload, hw: Hardware, kernels: Sequence[KernelSpec],
         own = (tiling_constraints(kt) + capacity_constraints(kt, workload)
                + transfer_rule_constraints(kt, workload) + completion_constraints(kt)
                + single_writer_constraints(kt) + intrinsic_constraints(kt)
-               + implied_compute_bounds(kt))
+               + implied_compute_bounds(kt) + tiled_constraints(kt, workload, domains))
         constraints += [when_chosen(chosen[kt.kernel.name], c) for c in own]
     definitions, count_constraints = unit_counts(terms, hw, chosen)
     constraints += count_constraints
@@ -808,6 +809,8 @@ def tensor_transfer_cost(kt: KernelTerms, use: TensorUse, mem: Memory, slot: int
     else:
         moved = run.padded_bytes
     operations = ex.mul(common, moves_last, run.chunks)
+    if kt.hw.compute.tiling.edge:  # tiled: a block of whole tiles moves in one copy
+        operations = ex.mul(partials, transfer_count(kt, use, slot))
     once = ex.add(ex.mul(mem.latency_ps, operations), ex.scale(moved, mem.ps_per_byte, common))
     return ex.scale(once, int(use.read) + int(use.written))
 

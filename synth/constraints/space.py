@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from synth.constraints import expr as ex
 from synth.constraints.fusion import candidate_groups, needed_outside
 from synth.hardware import Hardware
+from synth.tiles import tile_units, tiled_extent
 from synth.workload import Access, Statement, Workload, accesses
 
 
@@ -288,8 +289,10 @@ def build_factors(kernels: Sequence[KernelSpec], hw: Hardware, slots: tuple[Slot
     groups: dict[ex.Int, ex.Group] = {}
     root_slot = _root_temporal_slot(slots, hw)
     for kernel in kernels:
+        units = tile_units((use.indices for use in kernel.uses), hw.compute.tiling.edge) \
+            if hw.compute.tiling.edge else {}
         for dim in kernel.dims:
-            extent = kernel.extents[dim]
+            extent = tiled_extent(kernel.extents[dim], units.get(dim, 1))  # whole tiles
             largest = _largest_padding(extent, hw)
             values = {index: _candidates(slot, hw, extent, largest, (named or {}).get(
                 slot.name, ())) for index, slot in enumerate(slots) if index != root_slot}

@@ -1,0 +1,204 @@
+"""Tiled cores with a DST register file (Tenstorrent): the constraint families `tile`,
+`capacity.dst` and `count.buffers`, and the subblock decisions.
+
+On a model with `tile = E` (`synth.tiles`) data lives in E x E tiles: every dimension a
+tensor is tiled along (its last two indices; the one index of a vector, whose tiles hold
+E*E elements) has a compute tile that is a whole number of tiles (`tile`).
+
+The compute of a kernel runs over *subblocks* of its output block held in the DST register
+file: `sub.<kernel>.<dim>` (a number of tiles, dividing the block) for the kernel's last two
+tiled parallel dimensions (height and width; tt-metal's out_subblock_h x out_subblock_w).
+Per position of the subblock, the tiles live at once in DST are counted from the kernel's
+statements in order, by what each kind of operation reads (`live_tiles`):
+
+- matmul, reductions and FPU binary ops whose operands are all in buffers read them there
+  (the unpacker feeds the FPU from L1): only their result or accumulator takes a tile;
+- an op with an operand already in DST (the result of the statement before) runs on the
+  SFPU, which reads its operands from DST: each operand not yet there is loaded (a tile);
+- unary ops (exp, sqrt, recip, a copy or transpose) work in place;
+- a result some later statement reads stays in DST unless that reader needs it in a buffer
+  (matmul, reductions), so it is packed out.
+
+`capacity.dst`: sub_h x sub_w x (peak live tiles) <= DST tiles for the kernel's widest dtype
+in the model's sync mode. `count.buffers`: one dataflow buffer per tensor a kernel
+touches, at most `MAX_BUFFERS` (the simulator's and tt-metal's limit per core).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from synth.constraints import expr as ex
+from synth.constraints.space import KernelSpec, NamedConstraint
+
+if TYPE_CHECKING:
+    from synth.constraints.cost import KernelTerms
+from synth.errors import InputError
+from synth.tiles import tile_units
+from synth.workload import BinOp, Call, Statement, Workload, accesses
+
+MAX_BUFFERS = 32  # dataflow (circular) buffers per core [tt-mlir; tt-lang-sim warns past it]
+
+
+def subblock_decision(kernel: str, dim: str) -> str:
+    """`sub.s.i` is kernel s's DST subblock along i, in tiles."""
+    return f"sub.{kernel}.{dim}"
+
+
+def subblock_meanings(env: Mapping[str, int], used: Collection[str]) -> dict[str, str]:
+    """What each subblock decision of a used kernel means, for the report."""
+    out = {}
+    for name in env:
+        if name.startswith("sub."):
+            kernel, dim = name[len("sub."):].rsplit(".", 1)
+            if kernel in used:
+                out[name] = (f"DST subblock of kernel {kernel} along {dim}: tiles computed "
+                             f"per DST acquire")
+    return out
+
+
+@dataclass(frozen=True)
+class Liveness:
+    """The most tiles live in DST per subblock position, and which values they are."""
+
+    peak: int
+    values: tuple[str, ...]  # at the peak: results held and operands loaded
+    statement: str  # where the peak is
+
+
+def tiled_units(workload: Workload, kernel: KernelSpec, edge: int) -> dict[str, int]:
+    """Each dimension of `kernel` some tensor is tiled along -> elements per tile along it
+    (`synth.tiles.tile_units`)."""
+    units = tile_units((use.indices for use in kernel.uses), edge)
+    return {d: u for d, u in units.items() if d in kernel.dims}
+
+
+def subblock_dims(workload: Workload, kernel: KernelSpec, edge: int) -> tuple[str, ...]:
+    """The kernel's last two tiled parallel dimensions: the subblock's height and width."""
+    units = tiled_units(workload, kernel, edge)
+    return tuple(d for d in kernel.dims if d not in kernel.reduced and d in units)[-2:]
+
+
+def op_kind(stmt: Statement) -> str:
+    """matmul, reduce, binary or unary: what decides where the operands are read."""
+    if stmt.reduced:
+        expr = stmt.expr
+        return "matmul" if isinstance(expr, BinOp) and expr.op == "*" else "reduce"
+    if isinstance(stmt.expr, Call) or len(list(accesses(stmt.expr))) <= 1:
+        return "unary"
+    return "binary"
+
+
+def live_tiles(kernel: KernelSpec) -> Liveness:
+    """The peak of DST tiles per subblock position over the kernel's statements."""
+    held: list[str] = []  # results in DST, in order
+    best = Liveness(0, (), kernel.statements[0].name)
+    stmts = kernel.statements
+    for index, stmt in enumerate(stmts):
+        kind = op_kind(stmt)
+        later = stmts[index + 1:]
+        operands = list(stmt.inputs)
+        in_dst = [t for t in operands if t in held]
+        loads = [] if kind in ("matmul", "reduce") or (kind == "binary" and not in_dst) \
+            else [t for t in operands if t not in held]
+        if kind == "unary":
+            loads = loads[:1] if not in_dst else []
+        dying = [t for t in in_dst if not any(t in s.inputs for s in later)]
+        result = [] if dying or (kind == "unary" and loads) else [stmt.target]
+        values = (*held, *loads, *result)
+        if len(values) > best.peak:
+            best = Liveness(len(values), tuple(values), stmt.name)
+        held = [t for t in held if t not in dying]
+        if stmt.target not in held:
+            held.append(stmt.target)
+        readers = [s for s in later if stmt.target in s.inputs]
+        if not readers or any(op_kind(s) in ("matmul", "reduce") for s in readers):
+            held.remove(stmt.target)  # packed out to a buffer
+    return best
+
+
+def dst_dtype(workload: Workload, kernel: KernelSpec) -> str:
+    """The kernel's widest dtype: 32-bit values halve DST."""
+    dtypes = [workload.tensors[u.tensor].dtype for u in kernel.uses]
+    return max(dtypes, key=lambda d: d.itemsize).value
+
+
+def with_subblocks(workload: Workload, kernel: KernelSpec, edge: int, capacity: int,
+                   domains: dict[str, tuple[int, ...]]) -> dict[str, ex.Int]:
+    """The subblock decisions of `kernel` (added to `domains`): dim -> term, in tiles."""
+    out: dict[str, ex.Int] = {}
+    for dim in subblock_dims(workload, kernel, edge):
+        name = subblock_decision(kernel.name, dim)
+        domains[name] = tuple(v for v in (1, 2, 4, 8, 16) if v <= capacity)
+        out[dim] = ex.Var(name)
+    return out
+
+
+def dst_constraints(workload: Workload, kernel: KernelSpec, block: dict[str, ex.Int],
+                    capacity: int, dtype: str, sync: str, edge: int,
+                    subs: dict[str, ex.Int], domains: dict[str, tuple[int, ...]]
+                    ) -> list[NamedConstraint]:
+    """`tile` (whole tiles per block), the subblocks dividing the block, and `capacity.dst`."""
+    units = tiled_units(workload, kernel, edge)
+    out = [NamedConstraint(
+        "tile", f"kernel {kernel.name}: the block of {dim} is whole {edge}x{edge} tiles "
+        f"({unit} elements)", ex.Cmp(ex.mod(block[dim], unit), "==", ex.ZERO))
+        for dim, unit in units.items()]
+    for dim, sub in subs.items():
+        assert isinstance(sub, ex.Var)
+        out += [NamedConstraint(  # sub != v or the block is whole subblocks of v tiles
+            "tile", f"kernel {kernel.name}: the DST subblock along {dim} divides the block",
+            ex.AnyOf((ex.Cmp(sub, "<", ex.const(v)), ex.Cmp(sub, ">", ex.const(v)),
+                      ex.Cmp(ex.mod(block[dim], v * units[dim]), "==", ex.ZERO))))
+            for v in domains[sub.name] if v > 1]
+    live = live_tiles(kernel)
+    shape = " x ".join(subblock_decision(kernel.name, d) for d in subs) or "1"
+    out.append(NamedConstraint(
+        "capacity.dst",
+        f"kernel {kernel.name}: subblock ({shape}) tiles x {live.peak} live per tile "
+        f"({', '.join(live.values)} at {live.statement}) fit {capacity} DST tiles "
+        f"({dtype}, {sync} sync)",
+        ex.Cmp(ex.mul(live.peak, *subs.values()), "<=", ex.const(capacity))))
+    return out
+
+
+def buffer_count(kernel: KernelSpec) -> int:
+    """Dataflow buffers the kernel needs on a core: one per tensor it touches."""
+    return len(kernel.uses)
+
+
+def count_constraints(kernel: KernelSpec) -> list[NamedConstraint]:
+    """At most `MAX_BUFFERS` dataflow buffers per core."""
+    return [NamedConstraint(
+        "count.buffers", f"kernel {kernel.name}: {buffer_count(kernel)} dataflow buffers "
+        f"fit the {MAX_BUFFERS} a core has", ex.Cmp(ex.const(buffer_count(kernel)), "<=",
+                                                   ex.const(MAX_BUFFERS)))]
+
+
+def tiled_constraints(kt: KernelTerms, workload: Workload,
+                      domains: dict[str, tuple[int, ...]]) -> list[NamedConstraint]:
+    """The families of this module for one kernel on a tiled model (none elsewhere); the
+    subblock decisions go into `domains`."""
+    tiling = kt.hw.compute.tiling
+    if not tiling.edge:
+        return []
+    kernel = kt.kernel
+    innermost = len(kt.slots) - 1
+    block = {d: kt.tile(d, innermost) for d in kernel.dims}
+    out = count_constraints(kernel)
+    if kt.packed is not None:  # tiles are the matrix engine's blocks: always packed
+        out.append(NamedConstraint("implied", f"kernel {kernel.name}: a matmul of tiles runs "
+                                   "on the matrix engine", ex.Cmp(kt.packed, "==", ex.ONE)))
+    if not tiling.dst:
+        return out + dst_constraints(workload, kernel, block, 0, "", "", tiling.edge, {},
+                                     domains)[:-1]
+    dtype = dst_dtype(workload, kernel)
+    capacity = tiling.dst_tiles(dtype)
+    if capacity is None:
+        raise InputError(f"the hardware model gives no DST capacity for dtype {dtype} "
+                         f"([compute.dst] {tiling.sync}), which kernel {kernel.name} uses")
+    subs = with_subblocks(workload, kernel, tiling.edge, capacity, domains)
+    return out + dst_constraints(workload, kernel, block, capacity, dtype, tiling.sync,
+                                 tiling.edge, subs, domains)

@@ -1,0 +1,87 @@
+"""Tiled compute (Tenstorrent): the `tile` and `[compute.dst]` keys of a hardware model.
+
+A model with `tile = 32` stores data in 32x32 tiles: the compute tile (the block one core
+holds in L1) of every dimension a tensor is tiled along is a multiple of the tile edge.
+`[compute.dst]` gives the DST register file's capacity in tiles per dtype for each sync
+mode; `sync` picks the mode (`half`, tt-metal's default double-buffered DST, or `full`).
+The constraint family that uses them is `synth.constraints.dst`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from synth.limits import MAX_SIZE
+
+SYNC_MODES = ("half", "full")
+DST_KEYS = ("sync", *SYNC_MODES)
+MAX_TILE_EDGE = 4096  # a tile edge past this is a typo, not a tile
+
+
+@dataclass(frozen=True)
+class Tiling:
+    """`edge` x `edge` tiles (0: the model does not tile), DST tiles per dtype."""
+
+    edge: int = 0
+    sync: str = "half"
+    dst: Mapping[str, int] = field(default_factory=dict)
+
+    def dst_tiles(self, dtype: str) -> int | None:
+        return self.dst.get(dtype)
+
+
+def parse_tiling(compute: Mapping[str, Any], dtypes: tuple[str, ...], where: Any) -> Tiling:
+    """Read `tile` and `dst` from a `[compute]` table; `where` names errors (hwfile._Where)."""
+    edge = compute.get("tile", 0)
+    if isinstance(edge, bool) or not isinstance(edge, int) or not 0 <= edge <= MAX_TILE_EDGE \
+            or edge & (edge - 1):
+        raise where.at("tile").error(f"expected a power of two in 1..{MAX_TILE_EDGE} (the "
+                                     f"tile edge in elements), got {edge!r}")
+    if "dst" not in compute:
+        return Tiling(edge=edge)
+    if not edge:
+        raise where.at("dst").error("a DST register file needs tiled data: set tile too")
+    table = compute["dst"]
+    if not isinstance(table, dict):
+        raise where.at("dst").error(f"expected a table, got {table!r}")
+    unknown = [k for k in table if k not in DST_KEYS]
+    if unknown:
+        raise where.at("dst").error(f"unknown key {unknown[0]!r} (expected {', '.join(DST_KEYS)})")
+    sync = table.get("sync", "half")
+    if sync not in SYNC_MODES or sync not in table:
+        given = ", ".join(m for m in SYNC_MODES if m in table)
+        raise where.at("dst", "sync").error(
+            f"expected one of the modes the table gives ({given}), got {sync!r}")
+    return Tiling(edge=edge, sync=sync, dst=_dst_table(table[sync], dtypes, where.at("dst", sync)))
+
+
+def _dst_table(value: object, dtypes: tuple[str, ...], where: Any) -> dict[str, int]:
+    if not isinstance(value, dict):
+        raise where.error(f"expected a table of dtype = tiles, got {value!r}")
+    out: dict[str, int] = {}
+    for dtype, tiles in value.items():
+        if dtype not in dtypes:
+            raise where.error(f"unknown dtype {dtype!r} (expected one of {', '.join(dtypes)})")
+        if isinstance(tiles, bool) or not isinstance(tiles, int) or not 1 <= tiles <= MAX_SIZE:
+            raise where.at(dtype).error(f"expected a count of tiles >= 1, got {tiles!r}")
+        out[dtype] = tiles
+    return out
+
+
+
+def tile_units(indices: Iterable[Sequence[str]], edge: int) -> dict[str, int]:
+    """Each index some tensor (given by its subscripts) is tiled along -> elements per tile
+    along it: E for the last two indices of a matrix (a vector indexed by one of them, a
+    row's statistic, is a column of tiles: tt-lang's row reductions leave it in column
+    0), E*E for the index of vectors alone (32x32 tiles of a flat vector)."""
+    subscripts = list(indices)
+    in_matrix = {d for ix in subscripts if len(ix) > 1 for d in ix[-2:]}
+    in_vector = {ix[0] for ix in subscripts if len(ix) == 1}
+    return {d: edge for d in in_matrix} | {d: edge * edge for d in in_vector - in_matrix}
+
+
+def tiled_extent(extent: int, unit: int) -> int:
+    """The extent padded to whole tiles."""
+    return -(-extent // unit) * unit

@@ -1,0 +1,120 @@
+"""The `wormhole` model: 32x32 tiles, the DST register file (`capacity.dst`, subblock
+decisions), the dataflow-buffer count, and the hardware keys behind them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import Case, build, optimal_program, optimum
+from typer.testing import CliRunner
+
+from synth.cli import app
+from synth.constraints import cpsat
+from synth.constraints.dst import MAX_BUFFERS, live_tiles, op_kind, tiled_units
+from synth.constraints.result import Status
+from synth.errors import InputError
+from synth.hwfile import load_hardware
+from synth.ir.nodes import Compute, walk
+from synth.lang import parse_workload
+from synth.pipeline import encode
+
+FA6 = Case.of("fa6", "wormhole", {"S": 128, "D": 64})
+FUSED = "kt_s_u_p_r_O"
+
+
+def test_the_model_cites_the_facts() -> None:
+    hw = load_hardware("wormhole")
+    assert [(lv.symbol, lv.count_min, lv.count_max) for lv in hw.levels[1:]] == [
+        ("Y", 1, 8), ("X", 1, 8)]
+    assert hw.memory("l1").usable == 1432 * 1024
+    tiling = hw.compute.tiling
+    assert (tiling.edge, tiling.sync, tiling.dst["bf16"], tiling.dst["f32"]) == (32, "half", 8, 4)
+    assert hw.compute.intrinsics["bf16"].cycles == 32  # HiFi2
+    full = load_hardware("wormhole", ["compute.dst.sync=full"]).compute.tiling
+    assert (full.dst["bf16"], full.dst["f32"]) == (16, 8)
+
+
+@pytest.mark.parametrize(("text", "fragment"), [
+    ("tile = 48", "expected a power of two"),
+    ("tile = 32\n[compute.dst]\nsync = \"quarter\"\nhalf = { f32 = 4 }", "expected one of"),
+    ("tile = 32\n[compute.dst]\nhalf = { f33 = 4 }", "unknown dtype 'f33'"),
+    ("tile = 32\n[compute.dst]\nhalf = { f32 = 0 }", "expected a count of tiles"),
+    ("[compute.dst]\nhalf = { f32 = 4 }", "needs tiled data"),
+])
+def test_bad_tile_and_dst_tables_are_exit_2(tmp_path: Path, text: str, fragment: str) -> None:
+    source = (Path(__file__).parent.parent / "synth/hardware/wormhole.toml").read_text()
+    lines = [ln for ln in source.splitlines() if not ln.startswith(
+        ("tile =", "[compute.dst]", "sync =", "half =", "full ="))]
+    path = tmp_path / "bad.toml"
+    path.write_text("\n".join(lines).replace("[compute.cycles]", text + "\n[compute.cycles]"))
+    with pytest.raises(InputError, match=fragment):
+        load_hardware(str(path))
+    result = CliRunner().invoke(app, ["solve", "va", "--hw", str(path), "--set", "N=1024"])
+    assert result.exit_code == 2, result.output
+
+
+def test_liveness_of_seed_004s_chain() -> None:
+    """transpose and matmul read buffers; the subtract finds s in DST, so runs on the
+    SFPU with Bias loaded beside it (2 tiles); exp, sqrt, recip work in place."""
+    built = build(FA6)
+    kernel = next(k for k in built.model.kernels if k.name == FUSED)
+    assert [op_kind(s) for s in kernel.statements] == [
+        "unary", "matmul", "binary", "unary", "unary", "unary"]
+    live = live_tiles(kernel)
+    assert (live.peak, live.values, live.statement) == (2, ("s", "Bias"), "u")
+    alone = next(k for k in built.model.kernels if k.name == "p")
+    assert live_tiles(alone).peak == 1
+
+
+def test_vectors_indexed_by_a_matrix_row_are_columns_of_tiles() -> None:
+    workload = parse_workload("size N = 64\nin x : f32[N, N]\nout m : f32[N]\nin v : f32[N]\n"
+                              "out w : f32[N]\nm[i] max= x[i, j]\nw[k] = v[k]\n", "t.syn", "t")
+    hw = load_hardware("wormhole")
+    kernels = encode(workload, hw).kernels
+    units = {k.name: tiled_units(workload, k, 32) for k in kernels}
+    assert units["m"] == {"i": 32, "j": 32} and units["w"] == {"k": 1024}
+
+
+def test_the_optimum_fits_dst_and_whole_tiles() -> None:
+    program = optimal_program(FA6)
+    env = optimum(FA6).env or {}
+    for node in (n for k in program.kernels for n in walk(k.body)):
+        if isinstance(node, Compute):
+            assert all(t % 32 == 0 for t in node.tile), node
+    subs = {k: v for k, v in env.items() if k.startswith(f"sub.{FUSED}.")}
+    if env.get(f"fuse.{FUSED}") == 1:
+        assert 2 * subs[f"sub.{FUSED}.i"] * subs[f"sub.{FUSED}.j"] <= 4
+
+
+def test_seed_003s_2x2_subblock_is_infeasible_and_explained() -> None:
+    """Seed 003: a 2x2 block of the fused flash-attention chain as one DST subblock. In
+    f32 (DST 4 tiles, half sync) it needs 2x2 x 2 = 8 tiles: capacity.dst and the fixes."""
+    fixes = [f"--fix=fuse.{FUSED}=1", f"--fix=sub.{FUSED}.i=2", f"--fix=sub.{FUSED}.j=2"]
+    result = CliRunner().invoke(app, ["solve", "fa6", "--hw", "wormhole", "--set", "S=128",
+                                      "--no-validate", "--json", *fixes])
+    assert result.exit_code == 1, result.output
+    report = json.loads(result.output)
+    groups = {g["group"]: g["meaning"] for g in report["explanation"]["groups"]}
+    assert set(groups) == {"capacity.dst", f"user.fix.fuse.{FUSED}",
+                           f"user.fix.sub.{FUSED}.i", f"user.fix.sub.{FUSED}.j"}
+    assert "x 2 live per tile (s, Bias at u) fit 4 DST tiles (f32, half sync)" \
+        in groups["capacity.dst"]
+    full = CliRunner().invoke(app, ["solve", "fa6", "--hw", "wormhole", "--set", "S=128",
+                                    "--no-validate", "--json", "--hw-set",
+                                    "compute.dst.sync=full", *fixes])
+    assert full.exit_code == 0, full.output  # 8 f32 tiles in full sync: it fits
+
+
+@pytest.mark.parametrize(("inputs", "status"), [(MAX_BUFFERS - 1, Status.OPTIMAL),
+                                                (MAX_BUFFERS, Status.INFEASIBLE)])
+def test_a_kernel_has_at_most_32_dataflow_buffers(inputs: int, status: Status) -> None:
+    """One buffer per tensor: 31 inputs and the output fit, 32 inputs do not."""
+    decls = "".join(f"in a{n} : f32[N]\n" for n in range(inputs))
+    expr = " + ".join(f"a{n}[i]" for n in range(inputs))
+    text = f"size N = 1024\n{decls}out y : f32[N]\ny[i] = {expr}\n"
+    model = encode(parse_workload(text, "wide.syn", "wide"), load_hardware("wormhole"))
+    assert cpsat.solve(model.constraints, 60.0).status is status
+    [count] = [c for c in model.constraints.constraints if c.group == "count.buffers"]
+    assert f"{inputs + 1} dataflow buffers" in count.meaning
