@@ -49,7 +49,7 @@ STARTED = time.perf_counter()  # the run's start, for the total time the output 
 # The names of synth.pipeline's SOLVERS and EMITTERS, without importing the pipeline
 # (tests/test_cli.py checks that they agree).
 SOLVERS = ("cpsat", "z3", "exhaustive", "greedy")
-EMITTERS = ("upmem", "mlir", "c")
+EMITTERS = ("upmem", "mlir", "c", "ttlang")
 
 EXIT_OK = 0
 EXIT_INFEASIBLE = 1

@@ -34,7 +34,7 @@ from synth.constraints import expr as ex
 from synth.constraints.space import KernelSpec, NamedConstraint
 
 if TYPE_CHECKING:
-    from synth.constraints.cost import KernelTerms
+    from synth.constraints.cost import KernelTerms, Model
 from synth.errors import InputError
 from synth.tiles import tile_units
 from synth.workload import BinOp, Call, Statement, Workload, accesses
@@ -202,3 +202,25 @@ def tiled_constraints(kt: KernelTerms, workload: Workload,
     subs = with_subblocks(workload, kernel, tiling.edge, capacity, domains)
     return out + dst_constraints(workload, kernel, block, capacity, dtype, tiling.sync,
                                  tiling.edge, subs, domains)
+
+
+def model_dram_tiles(model: Model, env: Mapping[str, int]) -> tuple[int, int]:
+    """DRAM tiles the cost model moves at `env`: per chosen kernel and tensor moving into
+    the innermost memory, its copies per unit (`cost.transfer_count`) x units x tiles per
+    block; reads for tensors read, writes for tensors written (what `--emit ttlang`'s
+    simulator counts)."""
+    from synth.constraints.cost import KernelTerms, transfer_count
+    edge = model.hw.compute.tiling.edge or 1
+    read = written = 0
+    for kernel in model.selected(env):
+        kt = KernelTerms(kernel, model.factors, model.hw)
+        slot = len(kt.slots) - 1
+        units = ex.evaluate(ex.mul(*(kt.units(s) for s in kt.spatial_inside(-1))), env) \
+            if kt.spatial_inside(-1) else 1
+        for use in kt.moving():
+            copies = ex.evaluate(transfer_count(kt, use, slot), env) * units
+            elements = ex.evaluate(ex.mul(*(kt.tile(d, slot) for d in use.indices)), env)
+            tiles = copies * -(-elements // (edge * edge))
+            read += tiles if use.read else 0
+            written += tiles if use.written else 0
+    return read, written

@@ -68,6 +68,7 @@ TARGETS: Mapping[str, str] = {
     "upmem": "synth.emit.upmem:TARGET",
     "mlir": "synth.emit.mlir_target:TARGET",
     "c": "synth.emit.c:TARGET",
+    "ttlang": "synth.emit.ttlang_target:TARGET",
 }
 
 

@@ -1,0 +1,137 @@
+"""`--emit ttlang`: tt-lang operations run under tt-lang's functional simulator
+(`tt-lang-sim`, the `tt` extra), checked against the reference, with the simulator's
+DRAM tile traffic equal to the schedule's. Sizes are small (the simulator is slow) but
+leave several blocks per node or several nodes."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from synth import pipeline
+from synth.cli import app
+from synth.constraints.dst import model_dram_tiles
+from synth.emit.targets import target
+from synth.emit.ttlang import program_source
+from synth.emit.ttlang_check import TtlangCheck, check_ttlang
+
+pytest.importorskip("ttl")
+
+MATMUL = """size M = 64
+size N = 64
+size K = 128
+in  A : f32[M, K]
+in  B : f32[K, N]
+out C : f32[M, N]
+C[m, n]  = 0
+C[m, n] += A[m, k] * B[k, n]
+"""
+SPLIT_K = ("fuse.C#1_C#2=1", "Q.C#1_C#2.k=32")  # an accumulator over 4 blocks of k
+
+
+def _emit(workload: str, sizes: dict[str, int], out: Path, fixes: tuple[str, ...] = ()
+          ) -> pipeline.Outcome:
+    outcome = pipeline.run(pipeline.Request(workload, "wormhole", sizes, fixes=fixes,
+                                            emit="ttlang", out_dir=str(out)))
+    assert outcome.emitted is not None
+    return outcome
+
+
+def _matmul(tmp_path: Path) -> Path:
+    path = tmp_path / "mm.syn"
+    path.write_text(MATMUL)
+    return path
+
+
+@pytest.mark.parametrize(("workload", "sizes"), [("fa6", {"S": 64, "D": 64})])
+def test_builtin_is_simulated_with_the_schedules_traffic(workload: str, sizes: dict[str, int],
+                                                        tmp_path: Path) -> None:
+    outcome = _emit(workload, sizes, tmp_path / "out")
+    check = outcome.emitted.check if outcome.emitted else None
+    assert isinstance(check, TtlangCheck), check
+    assert check.passed, check.log
+    assert check.pcc is not None and check.pcc > 0.9999
+    assert (check.dram_tiles_read, check.dram_tiles_written) == (
+        check.model_tiles_read, check.model_tiles_written)
+    assert check.model_tiles_read > 0 and check.model_tiles_written == 4  # 64x64 of O
+    assert model_dram_tiles(outcome.model, outcome.result.env or {}) == (
+        check.model_tiles_read, check.model_tiles_written)  # the cost model's transfers
+
+
+def test_an_accumulator_over_a_loop_with_one_block_deadlocks(tmp_path: Path) -> None:
+    """The split-k matmul accumulates C across four blocks of k: its buffer is read and
+    rewritten, so it needs block_count 2; with 1 the simulator reports the deadlock."""
+    out = tmp_path / "out"
+    outcome = _emit(str(_matmul(tmp_path)), {}, out, SPLIT_K)
+    check = outcome.emitted.check
+    assert isinstance(check, TtlangCheck) and check.passed, check
+    assert model_dram_tiles(outcome.model, outcome.result.env or {}) == (
+        check.dram_tiles_read, check.dram_tiles_written)
+    source = (out / "program.py").read_text()
+    assert "C_l1_acc_dfb = ttl.make_dataflow_buffer_like(C, shape=(1, 1), block_count=2)" \
+        in source and "for g_k in range(4):" in source
+    assert outcome.program is not None
+    (out / "program.py").write_text(program_source(outcome.program, outcome.workload, 1))
+    broken = check_ttlang(out)
+    assert not broken.ran and not broken.passed
+    assert "deadlock" in broken.log and "C_l1_acc_dfb" in broken.log
+
+
+def test_a_copy_of_the_wrong_tile_count_and_a_wrong_result_are_caught(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    _emit(str(_matmul(tmp_path)), {}, out)
+    good = (out / "program.py").read_text()
+    first = good.index("ttl.copy(A[")
+    end = good.index(", blk)", first)
+    wrong_count = good[:first] + "ttl.copy(A[0:1, 0:1]" + good[end:]
+    (out / "program.py").write_text(wrong_count)
+    copy_check = check_ttlang(out)
+    assert not copy_check.passed and not copy_check.ran, copy_check.log
+    (out / "program.py").write_text(good.replace("out.store(A_l1 @ B_l1)",
+                                                 "out.store(A_l1 @ B_l1 + A_l1 @ B_l1)"))
+    wrong = check_ttlang(out)
+    assert wrong.ran and not wrong.passed and "DIFFERS" in wrong.log
+    (out / "program.py").write_text(good)
+    model = json.loads((out / "model.json").read_text())
+    (out / "model.json").write_text(json.dumps({**model, "tiles_read": model["tiles_read"] + 1}))
+    traffic = check_ttlang(out)
+    assert traffic.ran and not traffic.passed and "DIFFERENT" in traffic.log
+
+
+def test_json_keys_and_exit_codes(tmp_path: Path) -> None:
+    runner = CliRunner()
+    result = runner.invoke(app, ["solve", "fa6", "--hw", "wormhole", "--set", "S=64",
+                                 "--set", "D=32", "--emit", "ttlang", "--out",
+                                 str(tmp_path / "o"), "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)["emitted"]["ttlang"]
+    for key in ("path", "files", "checked", "passed", "pcc", "max_abs_err",
+                "dram_tiles_read", "dram_tiles_written", "model_tiles_read",
+                "model_tiles_written"):
+        assert key in data, key
+    assert data["checked"] and data["passed"]
+    assert data["dram_tiles_read"] == data["model_tiles_read"]
+    on_cpu = runner.invoke(app, ["solve", "va", "--hw", "cpu", "--emit", "ttlang", "--out",
+                                 str(tmp_path / "c")])
+    assert on_cpu.exit_code == 2 and "--hw wormhole" in on_cpu.output
+    attention = runner.invoke(app, ["solve", "attention", "--hw", "wormhole", "--set", "S=64",
+                                    "--set", "D=32", "--emit", "ttlang", "--out",
+                                    str(tmp_path / "a")])
+    assert attention.exit_code == 2 and "not emitted for tt-lang yet" in attention.output
+    assert "Traceback" not in attention.output
+
+
+def test_the_emitted_program_is_readable_and_named_after_the_tensors(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    _emit("fa6", {"S": 64, "D": 32}, out)
+    source = (out / "program.py").read_text()
+    assert "@ttl.operation(grid=(" in source and "def op_kt_s_u_p_r_O(" in source
+    for name in ("Q_l1_dfb", "K_l1_dfb", "Bias_l1_dfb", "ttl.block.transpose(K_l1)",
+                 "ttl.math.exp(", "ttl.math.sqrt(", "ttl.math.recip("):
+        assert name in source, name
+    assert target("ttlang").name == "ttlang"
+    shutil.rmtree(out)
