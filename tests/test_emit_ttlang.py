@@ -47,9 +47,13 @@ def _matmul(tmp_path: Path) -> Path:
     return path
 
 
-@pytest.mark.parametrize(("workload", "sizes"), [("fa6", {"S": 64, "D": 64})])
-def test_builtin_is_simulated_with_the_schedules_traffic(workload: str, sizes: dict[str, int],
-                                                        tmp_path: Path) -> None:
+@pytest.mark.parametrize(("workload", "sizes", "written"), [
+    ("fa6", {"S": 64, "D": 64}, 4),  # 64x64 of O
+    ("attention", {"S": 64, "D": 32}, 14),  # row max, exp, row sum, P V, normalise
+    ("softmax", {"N": 4096}, 10),  # scalar max and sum of a flat vector
+])
+def test_builtin_is_simulated_with_the_schedules_traffic(
+        workload: str, sizes: dict[str, int], written: int, tmp_path: Path) -> None:
     outcome = _emit(workload, sizes, tmp_path / "out")
     check = outcome.emitted.check if outcome.emitted else None
     assert isinstance(check, TtlangCheck), check
@@ -57,7 +61,7 @@ def test_builtin_is_simulated_with_the_schedules_traffic(workload: str, sizes: d
     assert check.pcc is not None and check.pcc > 0.9999
     assert (check.dram_tiles_read, check.dram_tiles_written) == (
         check.model_tiles_read, check.model_tiles_written)
-    assert check.model_tiles_read > 0 and check.model_tiles_written == 4  # 64x64 of O
+    assert check.model_tiles_read > 0 and check.model_tiles_written == written
     assert model_dram_tiles(outcome.model, outcome.result.env or {}) == (
         check.model_tiles_read, check.model_tiles_written)  # the cost model's transfers
 
@@ -118,11 +122,13 @@ def test_json_keys_and_exit_codes(tmp_path: Path) -> None:
     on_cpu = runner.invoke(app, ["solve", "va", "--hw", "cpu", "--emit", "ttlang", "--out",
                                  str(tmp_path / "c")])
     assert on_cpu.exit_code == 2 and "--hw wormhole" in on_cpu.output
-    attention = runner.invoke(app, ["solve", "attention", "--hw", "wormhole", "--set", "S=64",
-                                    "--set", "D=32", "--emit", "ttlang", "--out",
-                                    str(tmp_path / "a")])
-    assert attention.exit_code == 2 and "not emitted for tt-lang yet" in attention.output
-    assert "Traceback" not in attention.output
+    padded = runner.invoke(app, ["solve", "softmax", "--hw", "wormhole", "--set", "N=999",
+                                 "--emit", "ttlang", "--out", str(tmp_path / "a")])
+    assert padded.exit_code == 2 and "padded to whole blocks" in padded.output
+    integers = runner.invoke(app, ["solve", "va", "--hw", "wormhole", "--set", "N=4096",
+                                   "--emit", "ttlang", "--out", str(tmp_path / "v")])
+    assert integers.exit_code == 2 and "is i32" in integers.output
+    assert "Traceback" not in padded.output + integers.output
 
 
 def test_the_emitted_program_is_readable_and_named_after_the_tensors(tmp_path: Path) -> None:

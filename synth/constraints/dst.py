@@ -187,7 +187,7 @@ def tiled_constraints(kt: KernelTerms, workload: Workload,
     kernel = kt.kernel
     innermost = len(kt.slots) - 1
     block = {d: kt.tile(d, innermost) for d in kernel.dims}
-    out = count_constraints(kernel)
+    out = count_constraints(kernel) + local_reduction_constraints(kt)
     if kt.packed is not None:  # tiles are the matrix engine's blocks: always packed
         out.append(NamedConstraint("implied", f"kernel {kernel.name}: a matmul of tiles runs "
                                    "on the matrix engine", ex.Cmp(kt.packed, "==", ex.ONE)))
@@ -224,3 +224,19 @@ def model_dram_tiles(model: Model, env: Mapping[str, int]) -> tuple[int, int]:
             read += tiles if use.read else 0
             written += tiles if use.written else 0
     return read, written
+
+
+def local_reduction_constraints(kt: KernelTerms) -> list[NamedConstraint]:
+    """`reduce.local`: a reduced dimension is not split across cores. A tt-lang
+    operation has no step that combines partial results of several cores (that would be
+    a second operation, or a gather over the NoC that this model does not price)."""
+    from synth.constraints.space import SlotKind
+    out = []
+    for dim in kt.kernel.reduced:
+        for slot, info in enumerate(kt.slots):
+            if info.kind is SlotKind.SPATIAL:
+                out.append(NamedConstraint(
+                    "reduce.local", f"kernel {kt.kernel.name}: the reduction over {dim} "
+                    f"stays on one core along {info.name}",
+                    ex.Cmp(kt.f(dim, slot), "==", ex.ONE)))
+    return out

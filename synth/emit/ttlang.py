@@ -14,15 +14,20 @@ the kernel's sequential loops. The loop nest is the materialised program (`synth
   `push`); a later reader of that value `wait`s for it; a reduction that a loop
   accumulates reads the previous block and stores the sum (the accumulator pattern).
 
-Vectors are laid out as (N/32, 32) matrices (a tile holds 1024 consecutive elements);
-tensors are padded with zeros to whole blocks. Supported: element-wise statements
-(`+ - * /`, exp, log, sqrt, rsqrt, recip, tanh, abs, a transposed operand) and matrix
-products; other statements (row reductions, broadcasts, scalars) are refused with exit 2.
+Vectors are laid out as (N/32, 32) matrices (a tile holds 1024 consecutive elements),
+or, when a kernel indexes them by a matrix's row, as a column of tiles with the value in
+column 0 (where tt-lang's row reductions leave it); a scalar is one tile, its value at
+(0, 0). Tensors are padded with zeros to whole blocks. Supported: element-wise
+statements (`+ - * /`, exp, log, sqrt, rsqrt, recip, tanh, abs, max, min; an operand
+transposed, a row statistic or a scalar broadcast), matrix products, and row or
+whole-vector sums and maxima (`ttl.math.reduce_sum/reduce_max`); other statements,
+integer tensors and reductions over padding are refused with exit 2.
 `ttlang_check.py` writes the driver's data and runs it under tt-lang's simulator.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
@@ -46,7 +51,11 @@ from synth.ir.nodes import (
 from synth.workload import Access, BinOp, Call, Expr, Neg, Num, Statement, Workload
 
 EDGE = 32  # elements per tile edge (the model's `tile`)
-_COMBINE = {"+=": "+", "*=": "*"}  # how an accumulation folds a block into its target
+# how an accumulation folds a block into its target, and its identity
+_COMBINE = {"+=": "({} + {})", "*=": "({} * {})", "max=": "ttl.math.max({}, {})",
+            "min=": "ttl.math.min({}, {})"}
+REDUCE = {"+=": "reduce_sum", "max=": "reduce_max"}  # row reductions tt-lang has
+IDENTITY = {"+=": 0, "*=": 1, "max=": -math.inf, "min=": math.inf}
 FUNCTIONS = ("exp", "log", "sqrt", "rsqrt", "recip", "tanh", "abs")
 INDENT = "    "
 
@@ -57,11 +66,15 @@ class EmitError(InputError):
 
 @dataclass(frozen=True)
 class Layout:
-    """A tensor in DRAM: its padded 2-D shape in elements, and whether it is a vector."""
+    """A tensor in DRAM: its padded 2-D shape in elements; a vector is either flat
+    (`vector`: 1024 consecutive elements per tile) or a column (`column`: a row statistic
+    of a matrix, one element per row in column 0 of its tiles, as tt-lang's row
+    reductions leave it)."""
 
     rows: int
     cols: int
     vector: bool
+    column: bool = False
 
 
 @dataclass
@@ -72,8 +85,10 @@ class Ctx:
     workload: Workload
     kernel: Kernel
     decls: dict[str, BufferDecl] = field(default_factory=dict)
+    lay: Mapping[str, Layout] = field(default_factory=dict)
     accumulators: set[str] = field(default_factory=set)  # buffers read and rewritten
     rmw: set[str] = field(default_factory=set)  # loaded, then accumulated into
+    forward: set[str] = field(default_factory=set)  # computed, read by compute and stored
 
 
 def layouts(program: Program, workload: Workload) -> dict[str, Layout]:
@@ -86,14 +101,29 @@ def layouts(program: Program, workload: Workload) -> dict[str, Layout]:
                 end = origin.max_value(extents) + size
                 ends[alloc.tensor][axis] = max(ends[alloc.tensor][axis], end)
     out = {}
+    columns = _column_vectors(program)
     for name, shape in ends.items():
-        if len(shape) == 1:
+        if not shape:  # a scalar: one tile, the value at (0, 0) (a full reduction's place)
+            out[name] = Layout(EDGE, EDGE, False, False)
+        elif len(shape) == 1 and name in columns:
+            out[name] = Layout(-(-shape[0] // EDGE) * EDGE, EDGE, False, True)
+        elif len(shape) == 1:
             out[name] = Layout(-(-shape[0] // (EDGE * EDGE)) * EDGE, EDGE, True)
         elif len(shape) == 2:
             out[name] = Layout(-(-shape[0] // EDGE) * EDGE, -(-shape[1] // EDGE) * EDGE, False)
         else:
             raise EmitError(f"--emit ttlang: tensor {name} has {len(shape)} dimensions; "
                             "tt-lang operations here take vectors and matrices")
+    return out
+
+
+def _column_vectors(program: Program) -> set[str]:
+    """Vectors some kernel indexes by a dimension of a matrix it also touches."""
+    out = set()
+    for kernel in program.kernels:
+        decls = [a for a, _ in _allocs(kernel.body, {})]
+        in_matrix = {d for a in decls if len(a.dims) == 2 for d in a.dims}
+        out |= {a.tensor for a in decls if len(a.dims) == 1 and a.dims[0] in in_matrix}
     return out
 
 
@@ -109,40 +139,61 @@ def _allocs(body: tuple[Node, ...], extents: dict[str, int]
 # ---------------------------------------------------------------- expressions
 
 
-def block_expr(expr: Expr, stmt: Statement, blocks: Mapping[str, str]) -> str:
-    """A statement's right-hand side over blocks (`blocks`: tensor -> block variable)."""
+def block_expr(expr: Expr, stmt: Statement, blocks: Mapping[str, str],
+               space: tuple[tuple[str, ...], tuple[int, int]]) -> str:
+    """A statement's right-hand side over blocks (`blocks`: tensor -> block variable) in
+    the iteration `space` (its indices and block shape in tiles): an operand indexed the
+    other way round is transposed, a row statistic (a column vector indexed by the
+    first index) broadcast along the rows' columns."""
+    order, shape = space
     if isinstance(expr, Access):
-        if expr.indices == stmt.indices or len(expr.indices) < 2:
-            return blocks[expr.tensor]
-        if tuple(reversed(expr.indices)) == stmt.indices:
-            return f"ttl.block.transpose({blocks[expr.tensor]})"
+        block = blocks[expr.tensor]
+        if expr.indices == order:
+            return block
+        if len(order) == 2 and tuple(reversed(expr.indices)) == order:
+            return f"ttl.block.transpose({block})"
+        if len(order) == 2 and expr.indices == order[:1]:
+            return f"ttl.block.broadcast({block}, dims=[1], shape={shape})"
+        if not expr.indices:  # a scalar over the whole block
+            return f"ttl.block.broadcast({block}, dims=[0, 1], shape={shape})"
     elif isinstance(expr, BinOp):
-        return (f"({block_expr(expr.lhs, stmt, blocks)} {expr.op} "
-                f"{block_expr(expr.rhs, stmt, blocks)})")
+        return (f"({block_expr(expr.lhs, stmt, blocks, space)} {expr.op} "
+                f"{block_expr(expr.rhs, stmt, blocks, space)})")
     elif isinstance(expr, Neg):
-        return f"ttl.math.neg({block_expr(expr.arg, stmt, blocks)})"
+        return f"ttl.math.neg({block_expr(expr.arg, stmt, blocks, space)})"
     elif isinstance(expr, Call) and expr.fn in FUNCTIONS and len(expr.args) == 1:
-        return f"ttl.math.{expr.fn}({block_expr(expr.args[0], stmt, blocks)})"
+        return f"ttl.math.{expr.fn}({block_expr(expr.args[0], stmt, blocks, space)})"
+    elif isinstance(expr, Call) and expr.fn in ("max", "min") and len(expr.args) == 2:
+        args = ", ".join(block_expr(a, stmt, blocks, space) for a in expr.args)
+        return f"ttl.math.{expr.fn}({args})"
     raise EmitError(f"--emit ttlang: statement {stmt.name} ({_describe(expr)}) has no "
                     "tt-lang block form here (element-wise + - * /, exp, log, sqrt, "
                     "rsqrt, recip, tanh, abs, a transposed operand, or a matrix product)")
+
+
+def literal(value: float | int) -> str:
+    """A Python literal of a constant (infinities as float('inf'))."""
+    return repr(value) if math.isfinite(value) else f"float('{value}')"
 
 
 def _describe(expr: Expr) -> str:
     return type(expr).__name__ if not isinstance(expr, Call) else f"call {expr.fn}"
 
 
-def statement_expr(stmt: Statement, blocks: Mapping[str, str], shape: tuple[int, int]
-                   ) -> str:
-    """The block expression of an element-wise statement or a matrix product (`shape`:
-    the target block's, in tiles, for a constant)."""
+def statement_expr(stmt: Statement, blocks: Mapping[str, str], shape: tuple[int, int],
+                   space_shape: tuple[int, int] | None = None) -> str:
+    """The block expression of an element-wise statement, a row reduction or a matrix
+    product (`shape`: the target block's, in tiles; `space_shape`: the block of a row
+    reduction's operand)."""
     if isinstance(stmt.expr, Num):
-        return f"ttl.block.fill({stmt.expr.value}, shape={shape})"
+        return f"ttl.block.fill({literal(stmt.expr.value)}, shape={shape})"
     if not stmt.reduced:
-        if any(len(a.indices) != len(stmt.indices) for a in _accesses(stmt.expr)):
-            raise EmitError(f"--emit ttlang: statement {stmt.name} broadcasts an operand; "
-                            "not emitted for tt-lang yet")
-        return block_expr(stmt.expr, stmt, blocks)
+        return block_expr(stmt.expr, stmt, blocks, (stmt.indices, shape))
+    if len(stmt.indices) <= 1 and len(stmt.reduced) == 1 and stmt.op.value in REDUCE \
+            and contraction(stmt) is None and space_shape is not None:
+        inner = block_expr(stmt.expr, stmt, blocks, (stmt.dims, space_shape))
+        dims = "[1]" if stmt.indices else "[0, 1]"  # a row, or everything
+        return f"ttl.math.{REDUCE[stmt.op.value]}({inner}, dims={dims}, shape={shape})"
     roles = contraction(stmt)
     if roles is None or not isinstance(stmt.expr, BinOp):
         raise EmitError(f"--emit ttlang: statement {stmt.name} reduces over "
@@ -160,26 +211,16 @@ def statement_expr(stmt: Statement, blocks: Mapping[str, str], shape: tuple[int,
     return f"{operands[m]} @ {operands[n]}"
 
 
-def _accesses(expr: Expr) -> Iterator[Access]:
-    if isinstance(expr, Access):
-        yield expr
-    elif isinstance(expr, BinOp):
-        yield from _accesses(expr.lhs)
-        yield from _accesses(expr.rhs)
-    elif isinstance(expr, Neg):
-        yield from _accesses(expr.arg)
-    elif isinstance(expr, Call):
-        for arg in expr.args:
-            yield from _accesses(arg)
-
-
 # ---------------------------------------------------------------- slices
 
 
 def tile_slice(decl: BufferDecl, layout: Layout) -> str:
     """The block's slice of its tensor, in tiles (origins are affine in loop variables)."""
-    if layout.vector:
-        return f"[{_tile_range(decl.origin[0], decl.shape[0], EDGE * EDGE)}, 0:1]"
+    if not decl.shape:
+        return "[0:1, 0:1]"
+    if layout.vector or layout.column:
+        unit = EDGE if layout.column else EDGE * EDGE
+        return f"[{_tile_range(decl.origin[0], decl.shape[0], unit)}, 0:1]"
     ranges = [_tile_range(origin, size, EDGE)
               for origin, size in zip(decl.origin, decl.shape, strict=True)]
     return f"[{', '.join(ranges)}]"
@@ -196,9 +237,11 @@ def _tile_range(origin: Affine, size: int, unit: int) -> str:
     return f"{start}:{start} + {count}" if origin.terms else f"{start}:{int(start) + count}"
 
 
-def block_shape(decl: BufferDecl) -> tuple[int, int]:
+def block_shape(decl: BufferDecl, layout: Layout) -> tuple[int, int]:
+    if not decl.shape:
+        return 1, 1
     if len(decl.shape) == 1:
-        return decl.shape[0] // (EDGE * EDGE), 1
+        return -(-decl.shape[0] // (EDGE if layout.column else EDGE * EDGE)), 1
     if len(decl.shape) == 2:
         return decl.shape[0] // EDGE, decl.shape[1] // EDGE
     raise EmitError(f"--emit ttlang: buffer {decl.name} is {len(decl.shape)}-D; tt-lang "
@@ -221,7 +264,7 @@ def operation_source(program: Program, workload: Workload, kernel: Kernel,
     """One kernel as a tt-lang operation (`accumulator_blocks` 1 only to test that the
     simulator catches the deadlock it makes)."""
     ctx = Ctx(program, workload, kernel, {a.name: a for a, _ in _allocs(kernel.body, {})},
-              rmw=read_modify_write(kernel))
+              lay, rmw=read_modify_write(kernel), forward=forwarded(kernel))
     outer, body = _parallel_chain(ctx, kernel.body)
     compute = _compute(ctx, body, 2, frozenset())
     tensors = _kernel_tensors(ctx)
@@ -234,11 +277,13 @@ def operation_source(program: Program, workload: Workload, kernel: Kernel,
         dfbs = [(name, decl.buffers)]
         if name in ctx.rmw:
             dfbs.insert(0, (f"{name}_in", decl.buffers))
+        if name in ctx.forward:
+            dfbs.append((f"{name}_out", decl.buffers))
         if name in ctx.accumulators:  # read and rewritten: two blocks, or it deadlocks
             dfbs.insert(0, (f"{name}_acc", accumulator_blocks))
         for dfb, count in dfbs:
             lines.append(f"{INDENT}{dfb}_dfb = ttl.make_dataflow_buffer_like("
-                         f"{decl.tensor}, shape={block_shape(decl)}, block_count={count})")
+                         f"{decl.tensor}, shape={_shape(ctx, name)}, block_count={count})")
     node = _node_lines(outer)
     lines += ["", f"{INDENT}@ttl.datamovement()", f"{INDENT}def read():", *node,
               *_dm(ctx, body, 2, lay, Load), "",
@@ -278,14 +323,33 @@ def _parallel_chain(ctx: Ctx, body: tuple[Node, ...]) -> tuple[list[Loop], tuple
 
 
 def _zero_already(ctx: Ctx, fill: Fill) -> bool:
-    """A fill of a DRAM tensor with 0 that no earlier kernel wrote and that is no input:
-    the driver's zeros (every tensor but the inputs starts as zeros in DRAM)."""
-    if fill.value != 0 or fill.buffer in {t.name for t in ctx.workload.inputs}:
-        return False
-    for kernel in ctx.program.kernels[:ctx.program.kernels.index(ctx.kernel)]:
-        if any(isinstance(n, Store) and n.dst == fill.buffer for n in walk(kernel.body)):
-            return False
-    return True
+    """A fill of a DRAM tensor before any kernel wrote it: the driver starts the tensor
+    with that value (`initial_values`)."""
+    return initial_values(ctx.program, ctx.workload).get(fill.buffer) == fill.value
+
+
+def initial_values(program: Program, workload: Workload) -> dict[str, float]:
+    """DRAM tensors that a kernel fills (a reduction's identity) before any kernel writes
+    them, and no inputs: the driver creates them with that value."""
+    out: dict[str, float] = {}
+    written = {t.name for t in workload.inputs}
+    for kernel in program.kernels:
+        for node in walk(kernel.body):
+            if isinstance(node, Fill) and node.buffer in workload.tensors \
+                    and node.buffer not in written:
+                out.setdefault(node.buffer, float(node.value))
+            if isinstance(node, Store):
+                written.add(node.dst)
+    return out
+
+
+def forwarded(kernel: Kernel) -> set[str]:
+    """Buffers a compute writes, a later compute reads and the writer stores: the compute
+    forwards the block to the writer through a second dataflow buffer (`X_out`), since a
+    dataflow buffer has one consumer."""
+    stored = {n.src for n in walk(kernel.body) if isinstance(n, Store)}
+    read = {b for n in walk(kernel.body) if isinstance(n, Compute) for b in n.operands.values()}
+    return stored & read
 
 
 def read_modify_write(kernel: Kernel) -> set[str]:
@@ -334,7 +398,8 @@ def _dm(ctx: Ctx, body: tuple[Node, ...], depth: int, lay: Mapping[str, Layout],
                       f"{tile_slice(decl, lay[decl.tensor])}, blk).wait()"]
         elif isinstance(node, Store) and kind is Store:
             decl = ctx.decls[node.src]
-            lines += [f"{pad}with {node.src}_dfb.wait() as blk:",
+            dfb = f"{node.src}_out" if node.src in ctx.forward else node.src
+            lines += [f"{pad}with {dfb}_dfb.wait() as blk:",
                       f"{pad}{INDENT}ttl.copy(blk, {decl.tensor}"
                       f"{tile_slice(decl, lay[decl.tensor])}).wait()"]
     return lines
@@ -357,11 +422,18 @@ def _compute(ctx: Ctx, body: tuple[Node, ...], depth: int, opened: frozenset[str
             lines += [f"{pad}for {node.var.name} in range({node.var.extent}):", *inner]
         elif isinstance(node, Fill | Compute) and _initial(ctx, node) is not None:
             buffer, value = _initial(ctx, node) or ("", 0)
-            if value != 0 or not _folded(buffer, rest):
-                shape = block_shape(ctx.decls[buffer])
+            if not _folded(ctx, buffer, value, rest):
+                shape = _shape(ctx, buffer)
                 lines += [f"{pad}with {buffer}_acc_dfb.reserve() as acc:",
-                          f"{pad}{INDENT}acc.store(ttl.block.fill({value}, shape={shape}))"]
+                          f"{pad}{INDENT}acc.store(ttl.block.fill({literal(value)}, "
+                          f"shape={shape}))"]
                 ctx.accumulators.add(buffer)
+        elif isinstance(node, Store) and node.src in ctx.forward:
+            if node.src not in opened:
+                return [*lines, f"{pad}with {_dfb(ctx, node.src)}.wait() as {node.src}:",
+                        *_compute(ctx, body[index:], depth + 1, opened | {node.src})]
+            lines += [f"{pad}with {node.src}_out_dfb.reserve() as out:",
+                      f"{pad}{INDENT}out.store({node.src})"]
         elif isinstance(node, Store) and node.src in ctx.accumulators:
             lines += [f"{pad}with {node.src}_acc_dfb.wait() as done, "
                       f"{node.src}_dfb.reserve() as out:", f"{pad}{INDENT}out.store(done)"]
@@ -376,6 +448,11 @@ def _compute(ctx: Ctx, body: tuple[Node, ...], depth: int, opened: frozenset[str
                 return [*lines, f"{pad}with {node.out}_dfb.wait() as {node.out}:",
                         *_compute(ctx, rest, depth + 1, opened | {node.out})]
     return lines
+
+
+def _shape(ctx: Ctx, buffer: str) -> tuple[int, int]:
+    decl = ctx.decls[buffer]
+    return block_shape(decl, ctx.lay[decl.tensor])
 
 
 def _dfb(ctx: Ctx, buffer: str) -> str:
@@ -399,12 +476,13 @@ def _initial(ctx: Ctx, node: Fill | Compute) -> tuple[str, float | int] | None:
     return None
 
 
-def _folded(buffer: str, rest: tuple[Node, ...]) -> bool:
-    """A zero the next statement that touches its buffer accumulates into in this body:
-    that statement stores its value directly, no accumulator."""
+def _folded(ctx: Ctx, buffer: str, value: float | int, rest: tuple[Node, ...]) -> bool:
+    """An identity (0 for +=, -inf for max=) that the next statement touching its buffer
+    in this body reduces into: that statement stores its value directly, no accumulator."""
     for node in rest:
         if isinstance(node, Compute) and node.out == buffer:
-            return True
+            op = ctx.workload.statement(node.statement).op.value
+            return IDENTITY.get(op) == value
         if isinstance(node, Loop) and any(isinstance(n, Compute) and n.out == buffer
                                           for n in walk(node.body)):
             return False
@@ -413,20 +491,27 @@ def _folded(buffer: str, rest: tuple[Node, ...]) -> bool:
 
 def _compute_node(ctx: Ctx, node: Compute, pad: str) -> list[str]:
     stmt = ctx.workload.statement(node.statement)
-    expr = statement_expr(stmt, dict(node.operands), block_shape(ctx.decls[node.out]))
+    space = None
+    if stmt.reduced and len(stmt.indices) == 1:  # a row reduction: the operand's block
+        sizes = dict(zip(node.dims, node.tile, strict=True))
+        space = (sizes[stmt.indices[0]] // EDGE, sizes[stmt.reduced[0]] // EDGE)
+    elif stmt.reduced and not stmt.indices:  # a vector reduced to a scalar
+        [operand] = [ctx.decls[b] for b in node.operands.values()][:1]
+        space = _shape(ctx, operand.name)
+    expr = statement_expr(stmt, dict(node.operands), _shape(ctx, node.out), space)
     out = node.out
     if out in ctx.rmw and stmt.op.value in _COMBINE:
         return [f"{pad}with {out}_dfb.reserve() as out:",
-                f"{pad}{INDENT}out.store({out}_in {_COMBINE[stmt.op.value]} {expr})"]
+                f"{pad}{INDENT}out.store({_COMBINE[stmt.op.value].format(out + '_in', expr)})"]
     if out in ctx.accumulators and stmt.reduced:
         return [f"{pad}with {out}_acc_dfb.wait() as pre, {out}_acc_dfb.reserve() as acc:",
-                f"{pad}{INDENT}acc.store(pre {_COMBINE.get(stmt.op.value, '+')} {expr})"]
+                f"{pad}{INDENT}acc.store({_COMBINE[stmt.op.value].format('pre', expr)})"]
     return [f"{pad}with {out}_dfb.reserve() as out:", f"{pad}{INDENT}out.store({expr})"]
 
 
 # ---------------------------------------------------------------- the program file
 
-TORCH_DTYPES = {"f32": "float32", "bf16": "bfloat16"}
+TORCH_DTYPES = {"f32": "float32", "bf16": "bfloat16"}  # the simulator has no int32
 DRIVER = """
 
 HERE = Path(__file__).resolve().parent
@@ -434,11 +519,15 @@ device = ttnn.open_device(device_id=0)
 
 
 def to_device(array, name):
-    rows, cols, vector, shape = LAYOUT[name]
-    padded = torch.zeros((rows, cols), dtype=torch.float32)
+    rows, cols, vector, column, shape = LAYOUT[name]
+    padded = torch.full((rows, cols), INIT.get(name, 0.0), dtype=torch.float32)
     data = torch.from_numpy(np.ascontiguousarray(array, dtype=np.float32))
     if vector:
         padded.view(-1)[:data.numel()] = data
+    elif column:
+        padded[:shape[0], 0] = data
+    elif not shape:
+        padded[0, 0] = data
     else:
         padded[:shape[0], :shape[1]] = data
     return ttnn.from_torch(padded.to(getattr(torch, DTYPES[name])),
@@ -447,10 +536,14 @@ def to_device(array, name):
 
 
 def from_device(tensor, name):
-    rows, cols, vector, shape = LAYOUT[name]
+    rows, cols, vector, column, shape = LAYOUT[name]
     data = ttnn.to_torch(tensor).float().numpy()
     if vector:
         return data.reshape(-1)[:shape[0]]
+    if column:
+        return data[:shape[0], 0]
+    if not shape:
+        return data[0, 0]
     return data[:shape[0], :shape[1]]
 
 
@@ -459,7 +552,8 @@ def main():
     for name in LAYOUT:
         source = HERE / "data" / f"input_{name}.npy"
         tensors[name] = to_device(np.load(source) if name in INPUTS else
-                                  np.zeros(LAYOUT[name][3], dtype=np.float32), name)
+                                  np.full(LAYOUT[name][4], INIT.get(name, 0.0),
+                                          dtype=np.float32), name)
 {calls}
     for name in OUTPUTS:
         np.save(HERE / "data" / f"actual_{name}.npy", from_device(tensors[name], name))
@@ -469,6 +563,28 @@ main()
 """
 
 
+def check_padding(workload: Workload, lay: Mapping[str, Layout]) -> None:
+    """Blocks read the zeros that pad a tensor to whole blocks: harmless element-wise and
+    in matrix products, wrong in a sum of exponentials or a maximum, so a reduction may not
+    read a padded tensor."""
+    for stmt in workload.statements:
+        if not stmt.reduced or contraction(stmt) is not None:
+            continue
+        for name in stmt.inputs:
+            layout, shape = lay[name], workload.tensors[name].shape
+            size = layout.rows if layout.column else layout.rows * layout.cols
+            if shape and size > math.prod(shape):
+                raise EmitError(f"--emit ttlang: statement {stmt.name} reduces {name}, "
+                                f"which is padded to whole blocks ({shape} -> "
+                                f"{layout.rows}x{layout.cols}); not emitted for tt-lang "
+                                "yet: choose sizes that are whole blocks")
+
+
+def _init_source(program: Program, workload: Workload) -> str:
+    values = initial_values(program, workload)
+    return "{" + ", ".join(f"{k!r}: {literal(v)}" for k, v in values.items()) + "}"
+
+
 def program_source(program: Program, workload: Workload, accumulator_blocks: int = 2) -> str:
     """The whole file `tt-lang-sim` runs: the operations and the driver."""
     for tensor in workload.tensors.values():
@@ -476,14 +592,17 @@ def program_source(program: Program, workload: Workload, accumulator_blocks: int
             raise EmitError(f"--emit ttlang: tensor {tensor.name} is {tensor.dtype.value}; "
                             f"emitted tt-lang takes {', '.join(TORCH_DTYPES)}")
     lay = layouts(program, workload)
+    check_padding(workload, lay)
     head = [f"# generated by synth: {program.workload} on {program.hardware}, "
             f"{len(program.kernels)} tt-lang operation(s); run with tt-lang-sim program.py",
             "import json  # noqa: F401", "from pathlib import Path", "",
             "import numpy as np", "import torch", "import ttnn", "", "import ttl", ""]
-    layout = {n: (v.rows, v.cols, v.vector, workload.tensors[n].shape) for n, v in lay.items()}
+    layout = {n: (v.rows, v.cols, v.vector, v.column, workload.tensors[n].shape)
+              for n, v in lay.items()}
     head += [f"LAYOUT = {layout!r}",
              f"DTYPES = { {n: TORCH_DTYPES[t.dtype.value] for n, t in workload.tensors.items()}!r}",
              f"INPUTS = {[t.name for t in workload.inputs]!r}",
+             f"INIT = {_init_source(program, workload)}  # DRAM tensors a kernel fills",
              f"OUTPUTS = {[t.name for t in workload.outputs]!r}", "", ""]
     ops = [operation_source(program, workload, k, lay, accumulator_blocks)
            for k in program.kernels]
