@@ -34,6 +34,9 @@ def test_the_model_cites_the_facts() -> None:
     assert hw.compute.intrinsics["bf16"].cycles == 32  # HiFi2
     full = load_hardware("wormhole", ["compute.dst.sync=full"]).compute.tiling
     assert (full.dst["bf16"], full.dst["f32"]) == (16, 8)
+    blackhole = load_hardware("blackhole")  # data only: Wormhole's core, a larger grid
+    assert [lv.count_max for lv in blackhole.levels[1:]] == [10, 13]
+    assert blackhole.compute.tiling == tiling and blackhole.compute.clock_hz == 1_350_000_000
 
 
 @pytest.mark.parametrize(("text", "fragment"), [
