@@ -1,5 +1,5 @@
-"""The `synth` command line: `synth solve`, `synth tune`, `synth sweep` (`synth.sweep`)
-and `synth list` (README.md, "The command line").
+"""The `synth` command line: `synth solve`, `synth tune`, `synth sweep` (`synth.sweep`),
+`synth calibrate` (`synth.calibrate`) and `synth list` (README.md, "The command line").
 
 The CLI only parses arguments, runs `synth.pipeline.run` and renders the outcome
 (`synth.render`); the report's content comes from `synth.report`, so the human output
@@ -668,6 +668,46 @@ def sweep_command(
             out, spec, workload or [], hw or [], sizes or [], hw_set or [], variant or [],
             constraint or [], fix or [], drop or [], solver or [], time_limit, validate,
             binding, emit, baseline, workers, dask, force))
+
+    raise typer.Exit(guarded(action))
+
+
+@app.command("calibrate")
+def calibrate_command(
+    out: Annotated[str, typer.Option(
+        "--out", metavar="FILE.toml", help="Where to write the calibrated hardware model.")
+    ] = "",
+    hw: Annotated[str, typer.Option(
+        "--hw", help="The model to calibrate (its units must be this machine's cores).")
+    ] = "cpu",
+) -> None:
+    """Measure this machine (arithmetic and vector math throughput, cache and DRAM
+    bandwidth and latency, OpenMP overheads, usable cores) with C micro-benchmarks and
+    write the --hw model with the measured numbers as FILE.toml (under a minute).
+
+    Exit codes: 0 written, 2 bad input (an unknown model, one that is not this machine's
+    cores, an --out that cannot be written) or no C compiler.
+    """
+    def action() -> int:
+        if not out:
+            raise InputError("synth calibrate needs --out FILE.toml, where the model goes")
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+        from synth import calibrate, render
+
+        calibrate.check_request(hw, out)  # before measuring anything
+        console = Console(stderr=True)
+        with Progress(TextColumn("calibrating: {task.description}"), BarColumn(),
+                      MofNCompleteColumn(), console=console, transient=True,
+                      disable=not console.is_terminal) as bar:
+            task = bar.add_task("starting", total=calibrate.STEPS)
+
+            def step(what: str) -> None:
+                bar.update(task, advance=1, description=what)
+
+            cal = calibrate.calibrate(hw, out, calibrate.DEFAULT, step)
+        return delivered(EXIT_OK, lambda: render.print_calibration(cal, out))
 
     raise typer.Exit(guarded(action))
 

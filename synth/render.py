@@ -19,6 +19,7 @@ from rich import box
 from rich.table import Table
 
 from synth import pipeline, report
+from synth.calibrate import Calibration
 from synth.cli import EXIT_OK, format_seconds, make_console
 from synth.constraints import user
 from synth.constraints.cost import Model
@@ -374,3 +375,34 @@ def print_list() -> None:
     console.print("Write your own: " + "; ".join(f"{what}: {path}" for what, path in
                                                   DOCS.items())
                   + " (in synth's source tree).", markup=False, soft_wrap=True)
+
+
+# ---------------------------------------------------------------- synth calibrate
+
+
+def print_calibration(cal: Calibration, out: str) -> None:
+    """`synth calibrate`: what was measured, and where the model went."""
+    from synth.calibrate import LEVELS
+
+    console = make_console()
+    table = Table(title=f"Calibrated on {cal.cpu} ({cal.when}, load average "
+                        f"{cal.load[0]:.2f}, {cal.seconds:.1f} s)",
+                  box=box.SIMPLE_HEAD, title_justify="left")
+    table.add_column("measured", no_wrap=True)
+    table.add_column("value", justify="right", no_wrap=True)
+    rows = [("clock", f"{cal.clock_hz / 1e9:.3f} GHz"),
+            ("vector width", f"{cal.vector_bytes} B ({cal.vector_bytes // 4} f32 lanes)"),
+            *((f"f32 {op}", f"{cycles:.2f} cycles/vector") for op, cycles in
+              cal.cycles.items()),
+            ("f32 FMA latency", f"{cal.fma_latency:.2f} cycles"),
+            *((f"{level} read", f"{cal.bandwidth[level]:.2f} B/cycle, "
+               f"{cal.latency[level]:.0f} cycles latency") for level in LEVELS),
+            ("OpenMP region", f"{cal.region_s * 1e9:.0f} ns start+join"),
+            ("OpenMP barrier", f"{cal.barrier_s * 1e9:.0f} ns"),
+            ("usable cores", f"{cal.usable_cores} of {cal.cpus}")]
+    for name, value in rows:
+        table.add_row(name, value)
+    console.print(table)
+    for note in cal.notes:
+        console.print(f"warning: {note}", markup=False, soft_wrap=True)
+    console.print(f"wrote {out}: use it with --hw {out}", markup=False, soft_wrap=True)

@@ -1,0 +1,498 @@
+"""`synth calibrate --hw cpu --out FILE.toml`: measure this machine, write a hardware model.
+
+The micro-benchmarks are C (`synth/emit/c_runtime/calibrate.c`), built with the system
+compiler as the emitted code is (`-O3 -march=native -fopenmp`, at the base model's vector
+width) and called through ctypes. Each returns the seconds its loop took; `measure` sizes
+every loop to about `Settings.target_s`, repeats it `Settings.reps` times and keeps the
+median. What is measured, and where it goes in the model (docs/hardware.md, "Calibrating"):
+
+- the core clock (a chain of dependent integer adds, one cycle each) -> `compute.clock`,
+  `host.clock`; every other time is converted to cycles of it;
+- f32 throughput of add, mul, max, FMA (12 independent chains) and synth_vec.h's exp, log,
+  tanh, sqrt and the divisions the C emitter writes (x / y, 1 / sqrt, 1 / x), in cycles
+  per vector instruction -> `compute.cycles.f32.OP` (and `host.cycles.f32.OP`) for every
+  OP the base model lists; the latency of a dependent FMA chain -> the base model's
+  `compute.accumulate_latency.f32` when it has one;
+- read bandwidth (bytes per cycle) and load-to-use latency (a pointer chase over cache
+  lines in random order) of buffers held in L1, L2, L3 and DRAM -> each memory's
+  `bandwidth` and `latency`, which describe transfers *from its parent* (l1's are L2's
+  reads); DRAM's bandwidth with every core reading, the caches' with one;
+- an OpenMP parallel region's start and join -> `launch`; a barrier -> the core level's
+  `barrier` when the base model has one;
+- usable cores: FMA throughput of all CPUs running at once over one's -> the core level's
+  `count`.
+
+The model written is the base model's file with those values substituted, under a
+header comment that says what was measured, when, on which CPU and under what load.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import datetime
+import functools
+import json
+import math
+import os
+import subprocess
+import tempfile
+import time
+import tomllib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from synth.errors import InputError, SynthError
+from synth.hardware import Hardware
+from synth.hwfile import detect_cache_size, load_hardware, read_model
+
+SOURCE = "calibrate.c"
+LIBRARY = "libcalibrate.so"
+CFLAGS = ("-O3", "-march=native", "-fopenmp", "-fno-math-errno", "-std=gnu11", "-fPIC",
+          "-shared")
+# the f32 operations measured, as calibrate.c names them (synth_cal_OP)
+OPS = ("add", "mul", "max", "fma", "div", "sqrt", "rsqrt", "recip", "exp", "log", "tanh")
+THROUGHPUT_CHAINS = 12  # vector instructions per iteration of the arithmetic loops
+ROUTINE_CALLS = 8  # routine calls per iteration of the vector math loops
+CLOCK_STEPS = 16  # dependent adds per iteration of synth_cal_clock
+LATENCY_STEPS = 8  # dependent FMAs per iteration of synth_cal_fma_latency
+LINE = 64  # bytes: the pointer chase visits one cache line per step
+BUSY_LOAD = 0.5  # a 1-minute load average at or above this: the machine is busy
+LEVELS = ("L1d", "L2", "L3", "DRAM")
+# fallbacks when sysfs does not say (the cpu model's fallbacks)
+FALLBACK_CACHE = {"L1d": 32 << 10, "L2": 512 << 10, "L3": 32 << 20}
+# what `measure` tells its `step` callback, one call per measurement (the progress bar's total)
+STEPS = 2 + len(OPS) + 2 + 2 * len(LEVELS) + 1
+
+
+class CalibrationError(SynthError):
+    """The benchmarks could not be built or run (no C compiler, a crash)."""
+
+    exit_code = 2
+
+
+@dataclass(frozen=True)
+class Settings:
+    """How long each measurement runs: `target_s` per repetition, `reps` repetitions
+    (the fastest is kept: on a shared machine another process only ever slows a run
+    down); `dram_cap` bounds the DRAM buffer (twice the L3 otherwise)."""
+
+    target_s: float = 0.01
+    reps: int = 7
+    dram_cap: int = 1 << 30
+
+
+DEFAULT = Settings()  # what `synth calibrate` uses (about 5-10 s in all)
+QUICK = Settings(target_s=0.001, reps=1, dram_cap=64 << 20)  # tests: the numbers are rough
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """What `measure` found. Cycles are of the measured clock."""
+
+    cpu: str
+    when: str  # UTC, ISO 8601
+    load: tuple[float, float, float]  # 1, 5, 15-minute load averages before measuring
+    cpus: int  # CPUs this process may run on
+    vector_bytes: int
+    clock_hz: float
+    cycles: Mapping[str, float]  # f32 op -> cycles per vector instruction (throughput)
+    fma_latency: float  # cycles of one FMA in a dependent chain
+    bandwidth: Mapping[str, float]  # level -> bytes per cycle (DRAM: all cores)
+    latency: Mapping[str, float]  # level -> cycles from load to use
+    sizes: Mapping[str, int]  # level -> bytes of the buffer measured
+    region_s: float  # an OpenMP parallel region started and joined
+    barrier_s: float
+    usable_cores: int
+    seconds: float = 0.0  # the whole measurement
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def busy(self) -> bool:
+        return self.load[0] >= BUSY_LOAD
+
+
+# ---------------------------------------------------------------- building
+
+
+def check_request(hw_ref: str, out: str) -> Hardware:
+    """The base model, loaded, and the output path checked, before anything runs:
+    an unknown model, a model that is not this machine's cores, or an --out that cannot
+    be written is bad input (exit 2)."""
+    hw = load_hardware(hw_ref)
+    if len(hw.levels) != 2 or hw.streams:
+        levels = " > ".join(lvl.name for lvl in hw.levels)
+        raise InputError(f"--hw {hw_ref}: synth calibrate measures this machine's CPU; it "
+                         f"needs a model whose units are its cores (one level below the "
+                         f"root, as in `cpu`), and {hw.name} has levels {levels}")
+    path = Path(out)
+    if path.suffix != ".toml":
+        raise InputError(f"--out {out}: expected a .toml file name (the model is loaded "
+                         f"later with --hw {path.with_suffix('.toml')})")
+    if path.is_dir():
+        raise InputError(f"--out {out}: is a directory; expected a .toml file name")
+    parent = path.parent if str(path.parent) else Path(".")
+    if not parent.is_dir():
+        raise InputError(f"--out {out}: the directory {parent} does not exist")
+    if not os.access(parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise InputError(f"--out {out}: cannot write there (permission denied)")
+    return hw
+
+
+def build(vector_bytes: int, directory: Path) -> ctypes.CDLL:
+    """calibrate.c compiled into `directory` and loaded."""
+    runtime = resources.files("synth.emit") / "c_runtime"
+    with resources.as_file(runtime / SOURCE) as source, \
+            resources.as_file(runtime / "synth_vec.h") as header:
+        library = directory / LIBRARY
+        command = [os.environ.get("CC", "cc"), *CFLAGS, f"-DSYNTH_VB={vector_bytes}",
+                   f"-I{Path(header).parent}", "-o", str(library), str(source), "-lm"]
+        try:
+            proc = subprocess.run(command, capture_output=True, text=True)
+        except OSError as exc:
+            raise CalibrationError(f"cannot run the C compiler {command[0]!r}: {exc}") from None
+        if proc.returncode != 0:
+            raise CalibrationError(f"building {SOURCE} failed:\n{proc.stderr[-2000:]}")
+    lib = ctypes.CDLL(str(library))
+    for name in ("clock", "fma_latency", *OPS):
+        getattr(lib, f"synth_cal_{name}").argtypes = [ctypes.c_int64]
+    for name in ("region", "barrier", "fma_parallel"):
+        getattr(lib, f"synth_cal_{name}").argtypes = [ctypes.c_int64, ctypes.c_int]
+    lib.synth_cal_read.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64,
+                                   ctypes.c_int]
+    lib.synth_cal_chase.argtypes = [ctypes.c_void_p, ctypes.c_int64,
+                                    ctypes.POINTER(ctypes.c_int64)]
+    names = ("clock", "fma_latency", *OPS, "region", "barrier", "fma_parallel", "read",
+             "chase")
+    for name in names:
+        getattr(lib, f"synth_cal_{name}").restype = ctypes.c_double
+    return lib
+
+
+# ---------------------------------------------------------------- measuring
+
+
+def timed(run: Callable[[int], float], settings: Settings, start: int = 16) -> float:
+    """Seconds per iteration of `run(n)` (which returns the seconds n iterations took):
+    n grown until one run takes about `settings.target_s`, then the fastest of
+    `settings.reps` runs."""
+    n = start
+    while True:
+        seconds = run(n)
+        if seconds >= settings.target_s / 4 or n >= 1 << 40:
+            break
+        n *= 4 if seconds < settings.target_s / 64 else 2
+    n = max(1, int(n * settings.target_s / max(seconds, 1e-9)))
+    return min(run(n) / n for _ in range(settings.reps))
+
+
+def cache_sizes() -> dict[str, int]:
+    return {kind: detect_cache_size(kind) or FALLBACK_CACHE[kind] for kind in FALLBACK_CACHE}
+
+
+def buffer_sizes(settings: Settings) -> dict[str, int]:
+    """The buffer measured per level: half of L1 and of L2, 4x L2 within L3 (at most half
+    of it), DRAM twice the L3 (at least 64 MiB, at most `settings.dram_cap`)."""
+    caches = cache_sizes()
+    l3 = max(caches["L3"], caches["L2"])
+    return {"L1d": caches["L1d"] // 2, "L2": caches["L2"] // 2,
+            "L3": min(4 * caches["L2"], l3 // 2),
+            "DRAM": min(max(2 * l3, 64 << 20), settings.dram_cap)}
+
+
+def cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+    return platform.processor() or platform.machine() or "unknown CPU"
+
+
+def usable_cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+Step = Callable[[str], None]  # told what runs next (the progress bar)
+
+
+def measure(hw: Hardware, settings: Settings = Settings(), step: Step | None = None
+            ) -> Calibration:
+    """Run every micro-benchmark on this machine (see the module's docstring)."""
+    from synth.emit.c import vector_bytes
+
+    tell = step or (lambda _: None)
+    started = time.perf_counter()
+    load = os.getloadavg()
+    vb = vector_bytes(hw)
+    with tempfile.TemporaryDirectory(prefix="synth-calibrate-") as tmp:
+        tell("building the benchmarks")
+        lib = build(vb, Path(tmp))
+        tell("clock")
+        clock_hz = clock(lib, settings)
+        cycles = {}
+        for op in OPS:
+            tell(f"f32 {op} throughput")
+            per = THROUGHPUT_CHAINS if op in ("add", "mul", "max", "fma") else ROUTINE_CALLS
+            cycles[op] = timed(getattr(lib, f"synth_cal_{op}"), settings) * clock_hz / per
+        clock_hz = max(clock_hz, clock(lib, settings))  # again: see `clock`
+        tell("FMA latency")
+        fma_latency = timed(lib.synth_cal_fma_latency, settings) * clock_hz / LATENCY_STEPS
+        cpus = usable_cpus()
+        tell("usable cores")
+        usable = usable_cores(lib, settings, cpus, cycles["fma"], clock_hz)
+        bandwidth, latency, sizes = memories(lib, settings, clock_hz, usable, tell)
+        tell("OpenMP region and barrier")
+        region_s = timed(lambda n: lib.synth_cal_region(n, usable), settings)
+        barrier_s = timed(lambda n: lib.synth_cal_barrier(n, usable), settings)
+    notes = []
+    if load[0] >= BUSY_LOAD:
+        notes.append(f"the machine was busy (load average {load[0]:.2f}): the numbers are "
+                     f"slower than a quiet machine's; calibrate again when it is idle")
+    return Calibration(cpu_name(), datetime.datetime.now(datetime.UTC).isoformat(
+        timespec="seconds"), (load[0], load[1], load[2]), cpus, vb, clock_hz, cycles,
+        fma_latency, bandwidth, latency, sizes, region_s, barrier_s, usable,
+        time.perf_counter() - started, tuple(notes))
+
+
+def clock(lib: ctypes.CDLL, settings: Settings) -> float:
+    """The core clock in Hz: dependent adds, in short runs (a fifth of `target_s`, three
+    times as many). The clock is the unit of every other number, and a run another
+    process interrupts reads slow; `measure` takes the faster of two such measurements,
+    before and after the arithmetic."""
+    quick = Settings(settings.target_s / 5, 3 * settings.reps, settings.dram_cap)
+    return CLOCK_STEPS / timed(lib.synth_cal_clock, quick, 1024)
+
+
+def usable_cores(lib: ctypes.CDLL, settings: Settings, cpus: int, fma_cycles: float,
+                 clock_hz: float) -> int:
+    """How many cores give their own FMA throughput when all run at once (a core another
+    process keeps busy gives about half)."""
+    if cpus <= 1:
+        return 1
+    per_iteration = timed(lambda n: lib.synth_cal_fma_parallel(n, cpus), settings)
+    alone = fma_cycles * THROUGHPUT_CHAINS / clock_hz
+    return max(1, min(cpus, round(cpus * alone / per_iteration)))
+
+
+def memories(lib: ctypes.CDLL, settings: Settings, clock_hz: float, cores: int, tell: Step
+             ) -> tuple[dict[str, float], dict[str, float], dict[str, int]]:
+    """Read bandwidth (bytes per cycle) and load-to-use latency (cycles) per level."""
+    sizes = buffer_sizes(settings)
+    bandwidth: dict[str, float] = {}
+    latency: dict[str, float] = {}
+    rng = np.random.default_rng(0)
+    for level in LEVELS:
+        size = sizes[level]
+        threads = cores if level == "DRAM" else 1
+        tell(f"{level} read bandwidth ({size >> 10} KiB)")
+        buf = np.ones(size // 4, dtype=np.float32)
+        seconds = timed(functools.partial(_read, lib, buf.ctypes.data, size, threads),
+                        settings, 1)
+        bandwidth[level] = size / seconds / clock_hz
+        del buf
+        tell(f"{level} latency")
+        lines = size // LINE
+        order = rng.permutation(lines)
+        chain = np.zeros(lines * (LINE // 8), dtype=np.int64)
+        chain[order * (LINE // 8)] = np.roll(order, -1) * (LINE // 8)
+        latency[level] = timed(functools.partial(_chase, lib, chain.ctypes.data,
+                                                 ctypes.c_int64(0)), settings, 1024) * clock_hz
+        del chain, order
+    return bandwidth, latency, sizes
+
+
+def _read(lib: ctypes.CDLL, pointer: int, size: int, threads: int, passes: int) -> float:
+    return float(lib.synth_cal_read(pointer, size, passes, threads))
+
+
+def _chase(lib: ctypes.CDLL, pointer: int, at: ctypes.c_int64, steps: int) -> float:
+    return float(lib.synth_cal_chase(pointer, steps, ctypes.byref(at)))
+
+
+# ---------------------------------------------------------------- the model
+
+
+def memory_kinds(tree: Mapping[str, Any]) -> list[str | None]:
+    """Per `[[memory]]` of a model's TOML tree: which measured level holds its tiles
+    ("DRAM" for the root memory; L1d, L2 or L3 by its `detect` key or its name)."""
+    kinds: list[str | None] = []
+    for index, memory in enumerate(tree.get("memory", [])):
+        name = str(memory.get("name", "")).lower()
+        detect = memory.get("detect")
+        if index == 0:
+            kinds.append("DRAM")
+        elif detect in LEVELS:
+            kinds.append(detect)
+        else:
+            kinds.append({"l1": "L1d", "l1d": "L1d", "l2": "L2", "l3": "L3"}.get(name))
+    return kinds
+
+
+def substitute(tree: dict[str, Any], cal: Calibration) -> list[str]:
+    """Put the measured numbers into a model's TOML tree (in place); returns a line per
+    key set, for the header."""
+    done: list[str] = []
+
+    def put(table: dict[str, Any], key: str, value: Any, label: str) -> None:
+        table[key] = value
+        done.append(f"{label} = {value}")
+
+    clock = f"{cal.clock_hz / 1e9:.3f}GHz"
+    for unit in ("compute", "host"):
+        table = tree.get(unit)
+        if not isinstance(table, dict):
+            continue
+        if "clock" in table:
+            put(table, "clock", clock, f"{unit}.clock")
+        f32 = table.get("cycles", {}).get("f32")
+        if isinstance(f32, dict):
+            for op, value in cal.cycles.items():
+                if op in f32:
+                    put(f32, op, round(value, 2), f"{unit}.cycles.f32.{op}")
+        latencies = table.get("accumulate_latency")
+        if isinstance(latencies, dict) and "f32" in latencies:
+            put(latencies, "f32", round(cal.fma_latency, 2), f"{unit}.accumulate_latency.f32")
+    kinds = memory_kinds(tree)
+    for index, memory in enumerate(tree.get("memory", [])):
+        parent = kinds[index - 1] if index > 0 else None
+        if parent is None:
+            continue
+        name = memory.get("name", f"memory {index}")
+        if "bandwidth" in memory:
+            put(memory, "bandwidth", f"{cal.bandwidth[parent]:.2f}B/cycle",
+                f"{name}.bandwidth ({parent} reads)")
+        if "latency" in memory:
+            put(memory, "latency", f"{cal.latency[parent]:.0f}cycles",
+                f"{name}.latency ({parent} load-to-use)")
+    if "launch" in tree:
+        put(tree, "launch", f"{cal.region_s * 1e9:.0f}ns", "launch")
+    levels = tree.get("level", [])
+    if len(levels) > 1:
+        cores = levels[1]
+        count = cores.get("count")
+        put(cores, "count", f"1..{cal.usable_cores}" if isinstance(count, str) and ".." in count
+            else cal.usable_cores, f"{cores.get('name')}.count")
+        if "barrier" in cores:
+            put(cores, "barrier", f"{cal.barrier_s * 1e9:.0f}ns", f"{cores.get('name')}.barrier")
+    return done
+
+
+def model_text(hw_ref: str, cal: Calibration) -> str:
+    """The base model's TOML with the measured numbers substituted, under a header."""
+    text, label, source = read_model(hw_ref)
+    tree = tomllib.loads(text)
+    done = substitute(tree, cal)
+    tree["description"] = (f"{tree.get('description', tree.get('name', label))} -- "
+                           f"calibrated on {cal.cpu}, {cal.when}")
+    return header(label, cal, done) + "\n" + dump_toml(tree)
+
+
+def header(base: str, cal: Calibration, done: list[str]) -> str:
+    lines = [f"Hardware model written by `synth calibrate --hw {base}`: the model {base!r}",
+             "with the numbers below measured on this machine by synth's micro-benchmarks",
+             "(synth/emit/c_runtime/calibrate.c; docs/hardware.md, \"Calibrating\").",
+             "",
+             f"measured: {cal.when} in {cal.seconds:.1f} s",
+             f"CPU: {cal.cpu}, {cal.cpus} CPU(s) usable by the process, "
+             f"{cal.usable_cores} giving full FMA throughput at once",
+             f"load average before measuring: {cal.load[0]:.2f} {cal.load[1]:.2f} "
+             f"{cal.load[2]:.2f}",
+             f"vector width: {cal.vector_bytes} bytes ({cal.vector_bytes // 4} f32 lanes); "
+             f"clock {cal.clock_hz / 1e9:.3f} GHz (dependent adds)",
+             f"f32 FMA: {cal.cycles['fma']:.2f} cycles per vector instruction (throughput), "
+             f"latency {cal.fma_latency:.2f} cycles",
+             "read bandwidth (B/cycle; DRAM with every usable core) and latency (cycles):",
+             *(f"  {level}: {cal.bandwidth[level]:.2f} B/cycle, {cal.latency[level]:.0f} "
+               f"cycles ({cal.sizes[level] >> 10} KiB buffer)" for level in LEVELS),
+             f"OpenMP parallel region start+join {cal.region_s * 1e9:.0f} ns, barrier "
+             f"{cal.barrier_s * 1e9:.0f} ns",
+             *(f"WARNING: {note}" for note in cal.notes),
+             "",
+             "Measured values substituted (everything else is the base model's):",
+             *(f"  {line}" for line in done)]
+    return "".join(f"# {line}".rstrip() + "\n" for line in lines)
+
+
+# ---------------------------------------------------------------- TOML out
+
+
+def dump_toml(tree: Mapping[str, Any]) -> str:
+    """`tree` (as tomllib reads it) as TOML text: tables of scalars inline, tables with
+    tables as [sections], lists of tables as [[arrays]]."""
+    lines: list[str] = []
+    _table(lines, (), tree)
+    return "\n".join(lines).strip("\n") + "\n"
+
+
+def _is_section(value: Any) -> bool:
+    return isinstance(value, dict) and any(isinstance(v, dict | list) for v in value.values())
+
+
+def _is_array_of_tables(value: Any) -> bool:
+    return isinstance(value, list) and bool(value) and all(isinstance(v, dict) for v in value)
+
+
+def _table(lines: list[str], path: tuple[str, ...], table: Mapping[str, Any]) -> None:
+    for key, value in table.items():
+        if not _is_section(value) and not _is_array_of_tables(value):
+            lines.append(f"{_key(key)} = {_value(value)}")
+    for key, value in table.items():
+        if _is_section(value):
+            lines.extend(["", f"[{'.'.join(_key(k) for k in (*path, key))}]"])
+            _table(lines, (*path, key), value)
+    for key, value in table.items():
+        if _is_array_of_tables(value):
+            for item in value:
+                lines.extend(["", f"[[{'.'.join(_key(k) for k in (*path, key))}]]"])
+                _table(lines, (*path, key), item)
+
+
+def _key(key: str) -> str:
+    bare = key.replace("_", "").replace("-", "").isalnum() and key.isascii()
+    return key if bare else json.dumps(key)
+
+
+def _value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError(f"cannot write {value} to TOML")
+        return repr(value)
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{_key(k)} = {_value(v)}" for k, v in value.items()) + " }"
+    raise ValueError(f"cannot write {value!r} to TOML")
+
+
+# ---------------------------------------------------------------- the command
+
+
+def calibrate(hw_ref: str, out: str, settings: Settings = Settings(),
+              step: Step | None = None) -> Calibration:
+    """Measure, write the model to `out`, and check that it loads."""
+    check_request(hw_ref, out)
+    hw = load_hardware(hw_ref)
+    cal = measure(hw, settings, step)
+    text = model_text(hw_ref, cal)
+    try:
+        Path(out).write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise InputError(f"--out {out}: cannot write: {exc}") from None
+    load_hardware(out)  # what it wrote loads (a bug otherwise: exit 70)
+    return cal

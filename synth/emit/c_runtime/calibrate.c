@@ -1,0 +1,222 @@
+/* calibrate.c: micro-benchmarks of the machine synth runs on (`synth calibrate`).
+ *
+ * Built by synth.calibrate with the system compiler (-O3 -march=native -fopenmp, SYNTH_VB
+ * defined as the emitted code's vector width) and called through ctypes. Every function
+ * runs its loop `n` times and returns the seconds it took (CLOCK_MONOTONIC); the Python side
+ * repeats, takes medians and converts to cycles with the measured clock.
+ *
+ * The loops must not be folded by the compiler: every value a loop carries goes through an
+ * empty `asm volatile` that claims to modify it ("+r" for scalars, "+x" for vectors), so
+ * each arithmetic instruction is executed as written, and each result is consumed by one
+ * (the "x" input keeps it alive). The vector math routines are synth_vec.h's, as the
+ * emitted code calls them.
+ */
+#define _GNU_SOURCE
+#include "synth_vec.h"
+
+#include <omp.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <time.h>
+
+#define KEEP(v) __asm__ volatile("" : "+x"(v))
+#define USE(v) __asm__ volatile("" : : "x"(v))
+#define KEEP_R(v) __asm__ volatile("" : "+r"(v))
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+int synth_cal_vector_bytes(void) { return SYNTH_VB; }
+
+/* The core clock: a chain of dependent register-register integer adds, one cycle each, 16
+ * per iteration (not adds of a constant: recent x86 cores fold those at rename, in no
+ * cycle at all). */
+double synth_cal_clock(int64_t n) {
+    uint64_t x = 1, y = 3;
+    KEEP_R(y);
+    double t = now();
+    for (int64_t i = 0; i < n; i++) {
+#define STEP x += y; KEEP_R(x);
+        STEP STEP STEP STEP STEP STEP STEP STEP
+        STEP STEP STEP STEP STEP STEP STEP STEP
+#undef STEP
+    }
+    t = now() - t;
+    __asm__ volatile("" : : "r"(x));
+    return t;
+}
+
+/* Throughput of one vector operation: 12 independent chains (enough to cover a 4-6 cycle
+ * latency on two pipes), 12 instructions per iteration. */
+#define THROUGHPUT(NAME, OP)                                                                \
+    double synth_cal_##NAME(int64_t n) {                                                    \
+        vf32 a0 = vsplat_f32(1.0f), a1 = a0 + 0.1f, a2 = a0 + 0.2f, a3 = a0 + 0.3f;         \
+        vf32 a4 = a0 + 0.4f, a5 = a0 + 0.5f, a6 = a0 + 0.6f, a7 = a0 + 0.7f;                \
+        vf32 a8 = a0 + 0.8f, a9 = a0 + 0.9f, a10 = a0 + 1.0f, a11 = a0 + 1.1f;              \
+        vf32 m = vsplat_f32(0.999999f), c = vsplat_f32(1e-7f);                              \
+        KEEP(m); KEEP(c);                                                                   \
+        double t = now();                                                                   \
+        for (int64_t i = 0; i < n; i++) {                                                   \
+            a0 = OP(a0); KEEP(a0); a1 = OP(a1); KEEP(a1); a2 = OP(a2); KEEP(a2);            \
+            a3 = OP(a3); KEEP(a3); a4 = OP(a4); KEEP(a4); a5 = OP(a5); KEEP(a5);            \
+            a6 = OP(a6); KEEP(a6); a7 = OP(a7); KEEP(a7); a8 = OP(a8); KEEP(a8);            \
+            a9 = OP(a9); KEEP(a9); a10 = OP(a10); KEEP(a10); a11 = OP(a11); KEEP(a11);      \
+        }                                                                                   \
+        t = now() - t;                                                                      \
+        USE(a0); USE(a1); USE(a2); USE(a3); USE(a4); USE(a5);                               \
+        USE(a6); USE(a7); USE(a8); USE(a9); USE(a10); USE(a11);                             \
+        return t;                                                                           \
+    }
+
+#if defined(__AVX512F__) && SYNTH_VB == 64
+#define FMA(x) (vf32) _mm512_fmadd_ps((__m512)(x), (__m512)m, (__m512)c)
+#elif defined(__FMA__) && SYNTH_VB == 32
+#define FMA(x) (vf32) _mm256_fmadd_ps((__m256)(x), (__m256)m, (__m256)c)
+#elif defined(__FMA__) && SYNTH_VB == 16
+#define FMA(x) (vf32) _mm_fmadd_ps((__m128)(x), (__m128)m, (__m128)c)
+#else
+#define FMA(x) ((x) * m + c)
+#endif
+#define ADD(x) ((x) + c)
+#define MUL(x) ((x) * m)
+#define MAX(x) vmax_f32((x), c)
+
+THROUGHPUT(fma, FMA)
+THROUGHPUT(add, ADD)
+THROUGHPUT(mul, MUL)
+THROUGHPUT(max, MAX)
+
+/* The latency of a dependent FMA chain: one accumulator, 8 FMAs per iteration. */
+double synth_cal_fma_latency(int64_t n) {
+    vf32 a0 = vsplat_f32(1.0f), m = vsplat_f32(0.999999f), c = vsplat_f32(1e-7f);
+    KEEP(m); KEEP(c);
+    double t = now();
+    for (int64_t i = 0; i < n; i++) {
+#define STEP a0 = FMA(a0); KEEP(a0);
+        STEP STEP STEP STEP STEP STEP STEP STEP
+#undef STEP
+    }
+    t = now() - t;
+    USE(a0);
+    return t;
+}
+
+/* The vector math routines: 8 independent inputs per iteration, each result consumed; the
+ * inputs are "modified" (KEEP) so every call is computed again. Inputs in the routines'
+ * ordinary ranges (positive for log, sqrt and rsqrt). */
+#define ROUTINE(NAME, EXPR)                                                                 \
+    double synth_cal_##NAME(int64_t n) {                                                    \
+        vf32 x0 = vsplat_f32(0.5f), x1 = x0 + 0.25f, x2 = x0 + 0.5f, x3 = x0 + 0.75f;       \
+        vf32 x4 = x0 + 1.0f, x5 = x0 + 1.25f, x6 = x0 + 1.5f, x7 = x0 + 1.75f;              \
+        vf32 y = vsplat_f32(1.5f);                                                          \
+        KEEP(y);                                                                            \
+        double t = now();                                                                   \
+        for (int64_t i = 0; i < n; i++) {                                                   \
+            KEEP(x0); KEEP(x1); KEEP(x2); KEEP(x3); KEEP(x4); KEEP(x5); KEEP(x6); KEEP(x7); \
+            vf32 r0 = EXPR(x0), r1 = EXPR(x1), r2 = EXPR(x2), r3 = EXPR(x3);                \
+            vf32 r4 = EXPR(x4), r5 = EXPR(x5), r6 = EXPR(x6), r7 = EXPR(x7);                \
+            USE(r0); USE(r1); USE(r2); USE(r3); USE(r4); USE(r5); USE(r6); USE(r7);         \
+        }                                                                                   \
+        return now() - t;                                                                   \
+    }
+
+/* as synth.emit.c writes them */
+#define DIV(x) ((x) / y)
+#define RSQRT(x) (1.0f / vsqrt_f32(x))
+#define RECIP(x) (1.0f / (x))
+
+ROUTINE(exp, vexp_f32)
+ROUTINE(log, vlog_f32)
+ROUTINE(tanh, vtanh_f32)
+ROUTINE(sqrt, vsqrt_f32)
+ROUTINE(div, DIV)
+ROUTINE(rsqrt, RSQRT)
+ROUTINE(recip, RECIP)
+
+/* Read bandwidth: `passes` sweeps over `bytes` of `buf` with 8 vector accumulators, on
+ * `threads` threads (each reads its own contiguous share). */
+double synth_cal_read(const float *buf, int64_t bytes, int64_t passes, int threads) {
+    int64_t floats = bytes / 4;
+    double t = now();
+#pragma omp parallel num_threads(threads)
+    {
+        int nt = omp_get_num_threads(), id = omp_get_thread_num();
+        int64_t per = floats / nt / (8 * SYNTH_W) * (8 * SYNTH_W);
+        const float *p = buf + (int64_t)id * per;
+        vf32 s0 = {0}, s1 = {0}, s2 = {0}, s3 = {0}, s4 = {0}, s5 = {0}, s6 = {0}, s7 = {0};
+        for (int64_t pass = 0; pass < passes; pass++) {
+            for (int64_t i = 0; i < per; i += 8 * SYNTH_W) {
+                s0 += vload_f32(p + i);
+                s1 += vload_f32(p + i + SYNTH_W);
+                s2 += vload_f32(p + i + 2 * SYNTH_W);
+                s3 += vload_f32(p + i + 3 * SYNTH_W);
+                s4 += vload_f32(p + i + 4 * SYNTH_W);
+                s5 += vload_f32(p + i + 5 * SYNTH_W);
+                s6 += vload_f32(p + i + 6 * SYNTH_W);
+                s7 += vload_f32(p + i + 7 * SYNTH_W);
+            }
+            KEEP(s0); KEEP(s1); KEEP(s2); KEEP(s3); KEEP(s4); KEEP(s5); KEEP(s6); KEEP(s7);
+        }
+        vf32 s = ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7));
+        USE(s);
+    }
+    return now() - t;
+}
+
+/* Load-to-use latency: `steps` dependent loads through `next`, a cyclic permutation of
+ * cache-line indices (one line per step) written by the caller, from `*at` on (where the
+ * last call stopped: a repeated call walks on to lines not visited yet, instead of the
+ * ones the last call left in the caches). */
+double synth_cal_chase(const int64_t *next, int64_t steps, int64_t *at) {
+    int64_t here = *at;
+    double t = now();
+    for (int64_t i = 0; i < steps; i++) {
+        here = next[here];
+    }
+    t = now() - t;
+    *at = here;
+    return t;
+}
+
+/* An OpenMP parallel region on `threads` threads, started and joined `n` times. */
+double synth_cal_region(int64_t n, int threads) {
+    double t = now();
+    for (int64_t i = 0; i < n; i++) {
+#pragma omp parallel num_threads(threads)
+        {
+            int id = omp_get_thread_num();
+            KEEP_R(id);
+        }
+    }
+    return now() - t;
+}
+
+/* `n` barriers inside one parallel region on `threads` threads. */
+double synth_cal_barrier(int64_t n, int threads) {
+    double t = 0;
+#pragma omp parallel num_threads(threads)
+    {
+#pragma omp barrier
+        double start = now();
+        for (int64_t i = 0; i < n; i++) {
+#pragma omp barrier
+        }
+#pragma omp master
+        t = now() - start;
+    }
+    return t;
+}
+
+/* FMA throughput on `threads` threads at once: the seconds the slowest thread took to run
+ * `n` iterations of synth_cal_fma's loop. */
+double synth_cal_fma_parallel(int64_t n, int threads) {
+    double slowest = 0;
+#pragma omp parallel num_threads(threads) reduction(max : slowest)
+    {
+        slowest = synth_cal_fma(n);
+    }
+    return slowest;
+}

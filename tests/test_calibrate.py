@@ -1,0 +1,136 @@
+"""`synth calibrate`: the micro-benchmarks build and run, the model they write loads and
+solves, the measured numbers land in the keys they belong to, and bad requests are exit 2.
+
+The measurements run with `calibrate.QUICK` (one short repetition each): the numbers are
+rough, and no test judges them, only where they go and that they are plausible in kind
+(positive, finite)."""
+
+from __future__ import annotations
+
+import math
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from synth import calibrate
+from synth.calibrate import Calibration, dump_toml, model_text, substitute
+from synth.cli import app
+from synth.constraints.result import Status
+from synth.hwfile import list_builtin_hardware, load_hardware, read_model
+from synth.pipeline import Request, run
+
+
+def invoke(*args: str) -> Any:
+    return CliRunner().invoke(app, list(args))
+
+
+def fake(**changes: Any) -> Calibration:
+    values: dict[str, Any] = dict(
+        cpu="Test CPU", when="2026-01-01T00:00:00+00:00", load=(0.1, 0.2, 0.3), cpus=2,
+        vector_bytes=32, clock_hz=3.0e9,
+        cycles={op: 1.5 for op in calibrate.OPS}, fma_latency=4.0,
+        bandwidth={"L1d": 64.0, "L2": 32.0, "L3": 16.0, "DRAM": 4.0},
+        latency={"L1d": 5.0, "L2": 14.0, "L3": 50.0, "DRAM": 300.0},
+        sizes={"L1d": 1 << 14, "L2": 1 << 20, "L3": 1 << 23, "DRAM": 1 << 28},
+        region_s=1e-6, barrier_s=2e-7, usable_cores=2)
+    values.update(changes)
+    return Calibration(**values)
+
+
+@pytest.fixture(scope="module")
+def calibrated(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Calibration]:
+    out = tmp_path_factory.mktemp("calibrate") / "machine.toml"
+    steps: list[str] = []
+    cal = calibrate.calibrate("cpu", str(out), calibrate.QUICK, steps.append)
+    assert len(steps) == calibrate.STEPS  # the progress bar's total is right
+    return out, cal
+
+
+def test_calibration_measures_every_number(calibrated: tuple[Path, Calibration]) -> None:
+    _, cal = calibrated
+    numbers = [cal.clock_hz, *cal.cycles.values(), cal.fma_latency, *cal.bandwidth.values(),
+               *cal.latency.values(), cal.region_s, cal.barrier_s]
+    assert all(math.isfinite(x) and x > 0 for x in numbers), cal
+    assert set(cal.cycles) == set(calibrate.OPS)
+    assert set(cal.bandwidth) == set(cal.latency) == set(calibrate.LEVELS)
+    assert 1 <= cal.usable_cores <= cal.cpus
+    assert cal.vector_bytes == 4 * load_hardware("cpu").compute.lanes["f32"]
+
+
+def test_calibrated_model_loads_and_solves(calibrated: tuple[Path, Calibration]) -> None:
+    out, cal = calibrated
+    text = out.read_text()
+    assert text.startswith("# Hardware model written by `synth calibrate --hw cpu`")
+    assert f"load average before measuring: {cal.load[0]:.2f}" in text
+    assert cal.cpu in text and cal.when in text
+    hw = load_hardware(str(out))
+    assert hw.compute.clock_hz == pytest.approx(cal.clock_hz, rel=1e-3)
+    assert hw.compute.cycles["f32"]["exp"] == pytest.approx(cal.cycles["exp"], abs=0.01)
+    assert hw.levels[1].count_max == cal.usable_cores
+    outcome = run(Request("softmax", str(out), {"N": 4096}, validate=False))
+    assert outcome.result.status is Status.OPTIMAL
+
+
+def test_cli_writes_the_model(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(calibrate, "DEFAULT", calibrate.QUICK)
+    out = tmp_path / "m.toml"
+    result = invoke("calibrate", "--hw", "cpu", "--out", str(out))
+    assert result.exit_code == 0, result.output
+    assert f"wrote {out}" in result.stdout and "f32 exp" in result.stdout
+    load_hardware(str(out))
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (("--hw", "cpu", "--out", "{tmp}/missing/m.toml"), "does not exist"),
+    (("--hw", "cpu", "--out", "{tmp}/m.txt"), "expected a .toml file name"),
+    (("--hw", "cpu", "--out", "{tmp}"), "expected a .toml file name"),
+    (("--hw", "cpu", "--out", "{tmp}/dir.toml"), "is a directory"),
+    (("--hw", "cpu"), "needs --out FILE.toml"),
+    (("--hw", "nope", "--out", "{tmp}/m.toml"), "unknown hardware 'nope'"),
+    (("--hw", "upmem", "--out", "{tmp}/m.toml"), "measures this machine's CPU"),
+])
+def test_bad_requests_exit_2(tmp_path: Path, args: tuple[str, ...], message: str) -> None:
+    (tmp_path / "dir.toml").mkdir()
+    result = invoke("calibrate", *(a.format(tmp=tmp_path) for a in args))
+    assert result.exit_code == 2, result.output
+    assert message in result.output
+    assert not (tmp_path / "m.toml").exists()
+
+
+def test_substitute_puts_numbers_where_they_belong() -> None:
+    tree = tomllib.loads(read_model("cpu")[0])
+    tree["compute"]["accumulate_latency"] = {"f32": 3}  # keys set only where the base has them
+    tree["level"][1]["barrier"] = "1us"
+    done = substitute(tree, fake())
+    assert tree["compute"]["clock"] == tree["host"]["clock"] == "3.000GHz"
+    assert tree["compute"]["cycles"]["f32"]["exp"] == 1.5
+    assert tree["compute"]["cycles"]["f16"]["exp"] == 12  # only f32 is measured
+    assert tree["compute"]["accumulate_latency"]["f32"] == 4.0
+    memories = {m["name"]: m for m in tree["memory"]}
+    # a memory's bandwidth and latency are its parent's reads: l1 is filled from L2
+    assert memories["l1"]["bandwidth"] == "32.00B/cycle"
+    assert memories["l1"]["latency"] == "14cycles"
+    assert memories["l2"]["bandwidth"] == "16.00B/cycle"
+    assert memories["l3"]["bandwidth"] == "4.00B/cycle"
+    assert "bandwidth" not in memories["dram"]
+    assert tree["launch"] == "1000ns"
+    assert tree["level"][1]["count"] == "1..2" and tree["level"][1]["barrier"] == "200ns"
+    assert "l1.bandwidth (L2 reads) = 32.00B/cycle" in done
+
+
+def test_busy_machine_is_said(tmp_path: Path) -> None:
+    cal = fake(load=(1.9, 1.0, 0.5), notes=("the machine was busy (load average 1.90)",))
+    assert cal.busy and not fake().busy
+    text = model_text("cpu", cal)
+    assert "# WARNING: the machine was busy (load average 1.90)" in text
+    (tmp_path / "m.toml").write_text(text)
+    load_hardware(str(tmp_path / "m.toml"))
+
+
+@pytest.mark.parametrize("name", list_builtin_hardware())
+def test_dump_toml_round_trips(name: str) -> None:
+    tree = tomllib.loads(read_model(name)[0])
+    assert tomllib.loads(dump_toml(tree)) == tree
