@@ -209,6 +209,13 @@ def check_time_limit(text: str | float) -> float:
     return seconds
 
 
+def parse_measure(text: str | None) -> int:
+    """`--measure K`: a number of schedules, 1..64 (0: not asked)."""
+    if text is None:
+        return 0
+    return parse_int(text, "--measure K (schedules to time)", 1, 64)
+
+
 # ---------------------------------------------------------------- errors and exit codes
 
 
@@ -277,6 +284,8 @@ def outcome_exit_code(outcome: Outcome) -> int:
     emitted = outcome.emitted
     if emitted is not None and emitted.check is not None and not emitted.check.passed:
         return EXIT_VALIDATION  # the emitted program did not build, or ran wrong
+    if outcome.measured is not None and not outcome.measured.passed:
+        return EXIT_VALIDATION  # a schedule --measure ran did not build, or ran wrong
     return EXIT_OK
 
 
@@ -413,6 +422,11 @@ def solve(
              f"--no-validate).")] = None,
     out: Annotated[str | None, typer.Option(
         "--out", metavar="DIR", help="Directory for --emit.")] = None,
+    measure: Annotated[str | None, typer.Option(
+        "--measure", metavar="K",
+        help="Emit the K best distinct schedules under the model as C, check and time each "
+             "on this machine (cpu-like models), report modelled against measured, and "
+             "keep the fastest measured.")] = None,
 ) -> None:
     """Find the best schedule of WORKLOAD on the hardware model, print it and check it.
 
@@ -426,7 +440,8 @@ def solve(
         request = Request(workload, hw, fixed, tuple(hw_set or []), solver_name, limit,
                           validate=not no_validate, constraints=tuple(constraint or []),
                           fixes=tuple(fix or []), drops=tuple(drop or []),
-                          binding=binding, ranges=ranges, emit=emit, out_dir=out)
+                          binding=binding, ranges=ranges, emit=emit, out_dir=out,
+                          measure=parse_measure(measure))
         if show_constraints:
             from synth import render
             return render.show_constraints_of(request, as_json)

@@ -1,12 +1,14 @@
 """The pipeline: one short list of named stages, each taking and returning plain data.
 
-    parse -> hardware -> encode -> solve -> materialise -> verify -> prove -> validate
-                                                                           [-> binding]
+    parse -> hardware -> encode -> solve [-> measure] -> materialise -> verify -> prove
+                                                  -> validate [-> emit] [-> binding]
                                      (infeasible: -> explain)
 
 `encode` adds the user's --constraint/--fix groups and removes --drop groups
 (`synth.constraints.user`); `explain` names a minimal set of conflicting groups and
 `binding` (when asked) the groups that shape the optimum (`synth.constraints.explain`).
+`measure` (`--measure K`, `synth.measure`) times the K best schedules as C on this
+machine; the fastest measured is the schedule the later stages work on.
 
 Sizes given as ranges (`Request.ranges`, `--set N=LO..HI[:STEP]`) are solved at their
 largest admissible value; `prove` then proves the loop nest for every admissible value
@@ -28,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from synth import progress
+from synth import measure, progress
 from synth.constraints import cpsat, exhaustive, explain, greedy, user, z3backend
 from synth.constraints.cost import Model, build_model, evaluate_cost
 from synth.constraints.result import SolveResult, Status
@@ -44,6 +46,7 @@ from synth.ir.nodes import Program
 from synth.ir.prove import Dependence, Proof, instantiate, probe_value, prove, size_dependence
 from synth.ir.verify import verify
 from synth.lang import SizeRange, load_workload
+from synth.measure import Measured
 from synth.reference import compare, evaluate_errors, make_inputs
 from synth.workload import Workload
 
@@ -70,6 +73,7 @@ class Request:
     ranges: Mapping[str, SizeRange] = field(default_factory=dict)
     emit: str | None = None  # --emit TARGET: write the program's source for that target
     out_dir: str | None = None  # --out DIR: where
+    measure: int = 0  # --measure K: time the K best schedules as C, keep the fastest
 
     def solved_sizes(self) -> dict[str, int]:
         """The sizes the schedule is solved at: `sizes`, and each range's largest value
@@ -106,6 +110,7 @@ class Outcome:
     proof: Proof | None = None  # z3: every access in bounds, every memory within capacity
     smallest: SmallestRun | None = None  # ranges: the same tiles run at the smallest sizes
     emitted: Emitted | None = None  # --emit: the source written, and its check
+    measured: Measured | None = None  # --measure K: the K best schedules, timed
 
 
 EMITTERS = targets.names()
@@ -293,6 +298,8 @@ def run(request: Request) -> Outcome:
     dep = timed("ranges", dependence, request, workload) if request.ranges else None
     hw = timed("hardware", hardware, request)
     check_emit(request, hw)  # before solving: a target that cannot run here is bad input
+    if request.measure:
+        measure.require(hw)  # likewise: --measure runs C on this machine's cores
     model = timed("encode", encode, workload, hw, request.constraints, request.fixes,
                   request.drops)
     result = timed("solve", solve, model, request.solver, request.time_limit_s)
@@ -301,8 +308,14 @@ def run(request: Request) -> Outcome:
         return Outcome(workload, hw, model, result, None, None, None, timings, conflicts)
     if result.env is None:
         return Outcome(workload, hw, model, result, None, None, None, timings)
-    program = timed("materialise", materialize, model, result.env)
     checked_hw = what_if(hw, request.drops)
+    measured = None
+    if request.measure:  # the fastest of the K best, measured, is the schedule from here on
+        measured = timed("measure", measure.run, model, result, request.measure, workload,
+                         hw, request.time_limit_s, request.seed, checked_hw)
+        result = measure.chosen_result(result, measured)
+    assert result.env is not None
+    program = timed("materialise", materialize, model, result.env)
     timed("verify", verify, program, workload, checked_hw)
     proof = timed("prove", prove, program, workload, checked_hw, request.ranges, dep)
     cost = evaluate_cost(model, dict(result.env))
@@ -317,7 +330,8 @@ def run(request: Request) -> Outcome:
     groups = (timed("binding", binding, model, result, request.time_limit_s)
               if request.binding else None)
     return Outcome(workload, hw, model, result, program, cost, validation, timings,
-                   group_status=groups, proof=proof, smallest=smallest, emitted=emitted)
+                   group_status=groups, proof=proof, smallest=smallest, emitted=emitted,
+                   measured=measured)
 
 
 def solved(outcome: Outcome) -> bool:

@@ -29,6 +29,7 @@ from synth.errors import SynthError
 from synth.hwfile import list_builtin_hardware, load_hardware
 from synth.ir.printer import print_program
 from synth.lang import list_builtin_workloads, load_workload
+from synth.measure import Measured
 from synth.pipeline import Outcome, Request
 
 DOCS = {"the .syn workload language": "docs/language.md",
@@ -253,6 +254,49 @@ def print_human(outcome: Outcome, request: Request, total_s: float) -> None:
         console.print(smallest, markup=False, soft_wrap=True)
     if outcome.emitted is not None:
         console.print(outcome.emitted.lines(), markup=False, soft_wrap=True)
+    if outcome.measured is not None:
+        console.print()
+        console.print(measured_table(outcome.measured))
+        console.print(measured_line(outcome.measured), markup=False, soft_wrap=True)
+
+
+def measured_table(measured: Measured) -> Table:
+    """--measure: each schedule's modelled and measured time, best modelled first."""
+    table = Table(title=f"Measured: the {len(measured.schedules)} best schedules under the "
+                        f"model, as C on this machine", box=box.SIMPLE_HEAD,
+                  title_justify="left")
+    for title in ("rank", "schedule", "modelled", "measured", "vs fastest", "check"):
+        table.add_column(title, justify="left" if title in ("schedule", "check") else "right",
+                         no_wrap=True)
+    ran = [s.measured_s for s in measured.schedules if s.measured_s is not None]
+    fastest = min(ran) if ran else None
+    for s in measured.schedules:
+        mark = " (chosen)" if s.rank == measured.chosen else ""
+        versus = ("-" if s.measured_s is None or not fastest
+                  else f"{s.measured_s / fastest:.2f}x")
+        table.add_row(str(s.rank), s.source + mark, format_seconds(s.modelled_s),
+                      format_seconds(s.measured_s) if s.measured_s is not None else "-",
+                      versus, "passed" if s.passed else "FAILED")
+    return table
+
+
+def measured_line(measured: Measured) -> str:
+    rho = "n/a" if measured.spearman is None else f"{measured.spearman:.2f}"
+    line = (f"Spearman (modelled vs measured, {len(measured.schedules)} schedules): {rho}; ")
+    if measured.chosen is None:
+        line += "no schedule ran; the model's optimum is kept"
+    elif measured.chosen == 1:
+        line += "the best schedule under the model is also the fastest measured"
+    else:
+        best = measured.schedule(measured.chosen)
+        top = measured.schedule(1)
+        faster = ("" if top.measured_s is None or best.measured_s is None else
+                  f", {top.measured_s / best.measured_s:.2f}x faster than rank 1")
+        line += f"the result is rank {measured.chosen}, the fastest measured{faster}"
+    failed = [str(s.rank) for s in measured.schedules if not s.passed]
+    if failed:
+        line += f"; FAILED the check: rank {', '.join(failed)}"
+    return line + f" ({measured.seconds:.1f} s)"
 
 
 def print_json(outcome: Outcome, total_s: float) -> None:

@@ -393,6 +393,7 @@ def to_json(outcome: Outcome) -> dict[str, Any]:
         "validation": validation_json(outcome),
         "verification": verification(outcome),
         "emitted": emitted_json(outcome),
+        "measured": outcome.measured.json() if outcome.measured is not None else None,
         "explanation": explanation(outcome),
         "binding": binding(outcome),
         "constraint_groups": constraint_groups(outcome),

@@ -1,0 +1,233 @@
+"""How well the cpu cost model ranks real runs (issue 11, item 5).
+
+    python benchmarks/cost_fidelity.py [--samples 20] [--problems NAME ...] [--hw cpu]
+                                       [--time-limit S] [--json]
+
+For each problem (default: all of PROBLEMS): the model's optimum (CP-SAT), the greedy
+schedule and `--samples` random feasible schedules from the sampler
+(`synth.constraints.sample`, seeds 0, 1, ...), duplicates (the same loop nest) dropped.
+Each is emitted as C (`synth.emit.c`), built, checked against the reference and timed by
+`synth.emit.c_check` (median of at least 5 runs after a warm-up, the compiled computation
+only), exactly as `synth solve --measure` does (`synth.measure.time_schedule`). Per
+problem it prints every schedule's modelled and measured time, then the summary the issue
+asks for: Spearman's rank correlation of modelled and measured times, the optimum's
+measured rank (1 = fastest) and measured(optimum) / fastest measured. Targets (issue 11):
+Spearman >= 0.8 and the optimum within 1.25x of the fastest on every problem; they are
+printed as PASS/FAIL lines. `--json` prints one JSON object instead of the tables. Exit 0
+unless the command line is bad or a schedule fails its check (1).
+
+Timings are wall-clock: run it on a quiet machine (the load average is printed).
+`--hw FILE.toml` takes a calibrated model (`synth calibrate`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from synth import pipeline
+from synth.calibrate import cpu_name
+from synth.constraints import cpsat, greedy
+from synth.constraints import expr as ex
+from synth.constraints.cost import Model
+from synth.constraints.sample import random_schedule
+from synth.hwfile import load_hardware
+from synth.ir.materialize import materialize
+from synth.ir.printer import print_program
+from synth.ir.verify import verify
+from synth.lang import list_builtin_workloads, load_workload
+from synth.measure import reference_data, relevant, spearman, time_schedule
+
+HERE = Path(__file__).resolve().parent
+WORKLOADS = HERE / "workloads"
+# a row normalisation: the built-in `layernorm` when it exists, else benchmarks' own
+ROWNORM = ("layernorm", {}) if "layernorm" in list_builtin_workloads() else (
+    str(WORKLOADS / "rownorm.syn"), {})
+PROBLEMS: Mapping[str, tuple[str, Mapping[str, int]]] = {
+    "matmul-512": (str(WORKLOADS / "matmul_f32.syn"), {"M": 512, "N": 512, "K": 512}),
+    "matmul-1024x512x2048": (str(WORKLOADS / "matmul_f32.syn"),
+                             {"M": 1024, "N": 512, "K": 2048}),
+    "softmax-2^20": ("softmax", {"N": 1 << 20}),
+    "rownorm": ROWNORM,
+    "attention-256": ("attention", {"S": 256, "D": 64}),
+    "attention-1024": ("attention", {"S": 1024, "D": 64}),
+    "fa6": ("fa6", {}),
+}
+SPEARMAN_TARGET = 0.8
+OPTIMUM_TARGET = 1.25
+PS_PER_S = 1e12
+
+
+@dataclass(frozen=True)
+class Point:
+    source: str  # optimum, greedy, sample N
+    modelled_s: float
+    measured_s: float | None
+    passed: bool
+    variables: Mapping[str, int]
+
+
+@dataclass(frozen=True)
+class Problem:
+    name: str
+    sizes: Mapping[str, int]
+    points: tuple[Point, ...]
+    solve_s: float
+    seconds: float
+
+    def ran(self) -> list[Point]:
+        return [p for p in self.points if p.measured_s is not None]
+
+    def spearman(self) -> float | None:
+        ran = self.ran()
+        return spearman([p.modelled_s for p in ran], [p.measured_s or 0.0 for p in ran])
+
+    def optimum_rank(self) -> int | None:
+        """The optimum's place among the measured times, 1 = fastest."""
+        ran = sorted(self.ran(), key=lambda p: p.measured_s or 0.0)
+        return next((k for k, p in enumerate(ran, 1) if p.source == "optimum"), None)
+
+    def optimum_ratio(self) -> float | None:
+        ran = self.ran()
+        optimum = next((p for p in ran if p.source == "optimum"), None)
+        if optimum is None or not ran:
+            return None
+        fastest = min(p.measured_s or 0.0 for p in ran)
+        return (optimum.measured_s or 0.0) / fastest if fastest > 0 else None
+
+    def json(self) -> dict[str, Any]:
+        return {"problem": self.name, "sizes": dict(self.sizes),
+                "schedules": [p.__dict__ | {"variables": dict(p.variables)}
+                              for p in self.points],
+                "spearman": self.spearman(), "optimum_rank": self.optimum_rank(),
+                "measured": len(self.ran()), "optimum_over_fastest": self.optimum_ratio(),
+                "solve_s": self.solve_s, "seconds": self.seconds}
+
+
+def schedules(model: Model, samples: int, time_limit_s: float
+              ) -> tuple[list[tuple[str, dict[str, int]]], float]:
+    """(source, env) of the optimum, greedy and the samples; and the optimum's solve time."""
+    start = time.perf_counter()
+    optimum = cpsat.solve(model.constraints, time_limit_s)
+    solve_s = time.perf_counter() - start
+    if optimum.env is None:
+        raise SystemExit(f"no optimum ({optimum.status.value})")
+    found = [("optimum", dict(optimum.env))]
+    rough = greedy.solve(model.constraints, time_limit_s, model.slots)
+    if rough.env is not None:
+        found.append(("greedy", dict(rough.env)))
+    for seed in range(samples):
+        env = random_schedule(model.constraints, seed)
+        if env is not None:
+            found.append((f"sample {seed}", env))
+    return found, solve_s
+
+
+def run_problem(name: str, hw_ref: str, samples: int, time_limit_s: float,
+                log: Any) -> Problem:
+    workload_ref, sizes = PROBLEMS[name]
+    start = time.perf_counter()
+    workload = load_workload(workload_ref, dict(sizes))
+    hw = load_hardware(hw_ref)
+    model = pipeline.encode(workload, hw)
+    found, solve_s = schedules(model, samples, time_limit_s)
+    data = reference_data(workload)
+    seen: set[str] = set()
+    points = []
+    with tempfile.TemporaryDirectory(prefix="cost-fidelity-") as tmp:
+        for index, (source, env) in enumerate(found):
+            program = materialize(model, env)
+            text = print_program(program)
+            if text in seen:
+                continue  # the same loop nest as a schedule already measured
+            seen.add(text)
+            verify(program, workload, hw)
+            timing = time_schedule(program, workload, hw, Path(tmp) / str(index), data)
+            modelled = ex.evaluate(model.constraints.objective, env) / PS_PER_S
+            points.append(Point(source, modelled, timing.run_s, timing.passed,
+                                relevant(model, env)))
+            shown = "FAILED" if timing.run_s is None else f"{timing.run_s * 1e3:.3f} ms"
+            print(f"  {name}: {source}: modelled {modelled * 1e3:.3f} ms, measured {shown}",
+                  file=log, flush=True)
+    return Problem(name, workload.sizes, tuple(points), solve_s, time.perf_counter() - start)
+
+
+def print_tables(problems: list[Problem]) -> None:
+    for problem in problems:
+        sizes = " ".join(f"{k}={v}" for k, v in problem.sizes.items())
+        print(f"\n### {problem.name} ({sizes})\n")
+        print("| schedule | modelled (ms) | measured (ms) | measured rank |")
+        print("|---|---:|---:|---:|")
+        order = sorted(problem.ran(), key=lambda p: p.measured_s or 0.0)
+        rank = {id(p): k for k, p in enumerate(order, 1)}
+        for p in sorted(problem.points, key=lambda p: p.modelled_s):
+            measured = "FAILED" if p.measured_s is None else f"{p.measured_s * 1e3:.3f}"
+            print(f"| {p.source} | {p.modelled_s * 1e3:.3f} | {measured} | "
+                  f"{rank.get(id(p), '-')} |")
+    print("\n| workload | schedules | Spearman | optimum's measured rank | "
+          "optimum / fastest measured |")
+    print("|---|---:|---:|---:|---:|")
+    for problem in problems:
+        rho, rank, ratio = problem.spearman(), problem.optimum_rank(), problem.optimum_ratio()
+        print(f"| {problem.name} | {len(problem.ran())} | "
+              f"{'-' if rho is None else f'{rho:.2f}'} | "
+              f"{'-' if rank is None else f'{rank} of {len(problem.ran())}'} | "
+              f"{'-' if ratio is None else f'{ratio:.2f}x'} |")
+    print()
+    for problem in problems:
+        rho, ratio = problem.spearman(), problem.optimum_ratio()
+        ok = rho is not None and rho >= SPEARMAN_TARGET
+        print(f"{'PASS' if ok else 'FAIL'}: {problem.name}: Spearman >= {SPEARMAN_TARGET}")
+        ok = ratio is not None and ratio <= OPTIMUM_TARGET
+        print(f"{'PASS' if ok else 'FAIL'}: {problem.name}: optimum within "
+              f"{OPTIMUM_TARGET}x of the fastest measured")
+
+
+def machine() -> dict[str, Any]:
+    load = os.getloadavg()
+    return {"cpu": cpu_name(), "cpus": os.cpu_count(),
+            "load_average": [round(x, 2) for x in load],
+            "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--samples", type=int, default=20,
+                        help="random feasible schedules per problem (default 20)")
+    parser.add_argument("--problems", nargs="+", choices=sorted(PROBLEMS),
+                        default=list(PROBLEMS), metavar="NAME",
+                        help=f"problems to run (default all: {', '.join(PROBLEMS)})")
+    parser.add_argument("--hw", default="cpu", help="hardware model (default cpu)")
+    parser.add_argument("--time-limit", type=float, default=60.0,
+                        help="solver time limit per problem, seconds (default 60)")
+    parser.add_argument("--json", action="store_true",
+                        help="print one JSON object instead of the tables")
+    args = parser.parse_args(argv)
+    if args.samples < 0:
+        parser.error("--samples must be at least 0")
+    about = machine()
+    print(f"cost fidelity on {args.hw}: {about['cpu']}, {about['cpus']} CPUs, load average "
+          f"{' '.join(map(str, about['load_average']))}, {about['date']}", file=sys.stderr)
+    problems = [run_problem(name, args.hw, args.samples, args.time_limit, sys.stderr)
+                for name in args.problems]
+    if args.json:
+        print(json.dumps({"hardware": args.hw, "samples": args.samples, "machine": about,
+                          "load_average_after": [round(x, 2) for x in os.getloadavg()],
+                          "problems": [p.json() for p in problems]}, indent=2))
+    else:
+        print(f"\nmachine: {about}; load average after: "
+              f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+        print_tables(problems)
+    return 1 if any(not p.passed for problem in problems for p in problem.points) else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,310 @@
+"""`synth solve ... --measure K`: the K best distinct schedules under the model, each
+emitted as C, built, checked against the reference and timed on this machine; the
+fastest measured is the result, and the report sets modelled against measured.
+
+Which schedules (`best_schedules`): the solver's optimum, then repeated CP-SAT solves,
+each with every earlier schedule excluded (`exclusion`: at least one of its decisions
+differs), so the k-th is the best schedule the model has that is none of the first k-1.
+Only the decisions of the kernels a schedule uses count (`relevant`): the tiles of a
+fusion candidate the schedule does not use mean nothing, and excluding them would give
+the same program again. Two schedules with the same loop nest are the same schedule. When
+the model has fewer than K (or a solve runs out of time), the greedy schedule and the
+sampler's random feasible ones (`synth.constraints.sample`) fill up.
+
+How each is timed (`time_schedule`): `synth.emit.c` writes it, `synth.emit.c_check`
+builds it, runs it on the validation inputs against the reference, and times the
+compiled computation (median of at least 5 runs after a warm-up); NumPy is not timed
+again for each. A schedule whose check fails is reported and not chosen; the run then
+exits 4.
+
+`spearman` is the rank correlation of modelled and measured times over the schedules that
+ran (ties share their mean rank); `benchmarks/cost_fidelity.py` uses the same functions.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from synth import progress
+from synth.constraints import cpsat, greedy
+from synth.constraints import expr as ex
+from synth.constraints.cost import Model
+from synth.constraints.result import SolveResult, Status
+from synth.constraints.sample import random_schedule
+from synth.constraints.space import NamedConstraint
+from synth.errors import InputError
+from synth.hardware import Hardware
+from synth.ir.materialize import materialize
+from synth.ir.nodes import Program
+from synth.ir.printer import print_program
+from synth.ir.verify import verify
+from synth.reference import evaluate_errors, make_inputs
+from synth.workload import Workload
+
+MAX_K = 64
+SAMPLE_ATTEMPTS = 4  # sampler seeds tried per schedule still missing
+PS_PER_S = 1e12
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A schedule to measure: where it came from, its modelled cost, its assignment."""
+
+    source: str  # "optimum", "next best", "greedy", "sample (seed N)"
+    objective: int  # modelled time, picoseconds
+    env: Mapping[str, int]
+    program: Program
+
+
+@dataclass(frozen=True)
+class MeasuredSchedule:
+    rank: int  # 1 = the model's optimum; by modelled time
+    source: str
+    modelled_ps: int
+    measured_s: float | None  # median of the compiled runs; None when the check failed
+    passed: bool
+    variables: Mapping[str, int]  # the decisions of the kernels the schedule uses
+    env: Mapping[str, int]  # the whole assignment
+    log: str = ""
+
+    @property
+    def modelled_s(self) -> float:
+        return self.modelled_ps / PS_PER_S
+
+    def json(self) -> dict[str, Any]:
+        return {"rank": self.rank, "source": self.source, "modelled_s": self.modelled_s,
+                "measured_s": self.measured_s, "passed": self.passed,
+                "variables": dict(self.variables)}
+
+
+@dataclass(frozen=True)
+class Measured:
+    schedules: tuple[MeasuredSchedule, ...]
+    spearman: float | None  # modelled vs measured, over the schedules that ran
+    chosen: int | None  # rank of the fastest measured (None: none ran)
+    seconds: float
+    asked: int  # K
+
+    @property
+    def passed(self) -> bool:
+        return all(s.passed for s in self.schedules)
+
+    def schedule(self, rank: int) -> MeasuredSchedule:
+        return next(s for s in self.schedules if s.rank == rank)
+
+    def json(self) -> dict[str, Any]:
+        return {"schedules": [s.json() for s in self.schedules], "spearman": self.spearman,
+                "chosen": self.chosen, "asked": self.asked, "seconds": self.seconds}
+
+
+# ---------------------------------------------------------------- checks
+
+
+def check_k(k: int) -> int:
+    if not 1 <= k <= MAX_K:
+        raise InputError(f"--measure {k}: expected a number of schedules from 1 to {MAX_K}")
+    return k
+
+
+def require(hw: Hardware) -> None:
+    """--measure runs the schedules as C on this machine's cores: cpu-like models only."""
+    if len(hw.levels) != 2 or hw.streams:
+        levels = " > ".join(lvl.name for lvl in hw.levels)
+        raise InputError(f"--measure times schedules as C on this machine's cores: it needs "
+                         f"a hardware model with one level of units below the root (the "
+                         f"cores, as in `cpu`); {hw.name} has levels {levels}")
+
+
+# ---------------------------------------------------------------- which schedules
+
+
+def relevant(model: Model, env: Mapping[str, int]) -> dict[str, int]:
+    """The decisions that shape the schedule `env`: every decision but those of fusion
+    candidates it does not use (named `PREFIX.KERNEL[.MORE]`: factors `Q.k.i`, `ext.k.i`,
+    `combine.k.LEVEL`, `buffers.k.MEMORY`, `pack.k`, `sub.k.i`, ...)."""
+    used = {k.name for k in model.selected(env)}
+    unused = {k.name for k in model.kernels} - used
+    return {name: int(env[name]) for name in model.constraints.decisions
+            if not _owned_by(name, unused)}
+
+
+def _owned_by(name: str, kernels: set[str]) -> bool:
+    parts = name.split(".")
+    return len(parts) >= 2 and parts[1] in kernels and parts[0] != "fuse"
+
+
+def exclusion(decisions: Mapping[str, int], index: int) -> NamedConstraint:
+    """At least one of `decisions` takes another value."""
+    cond = ex.any_of(cmp for name, value in decisions.items()
+                     for cmp in (ex.Cmp(ex.Var(name), "<", ex.const(value)),
+                                 ex.Cmp(ex.Var(name), ">", ex.const(value))))
+    if isinstance(cond, bool):  # nothing to decide: no other schedule
+        cond = ex.Cmp(ex.const(0), ">", ex.const(1))
+    return NamedConstraint(f"measure.exclude.{index}",
+                           f"not the {_ordinal(index)} schedule measured", cond)
+
+
+def _ordinal(n: int) -> str:
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
+
+
+def best_schedules(model: Model, k: int, first: SolveResult, time_limit_s: float,
+                   workload: Workload, hw: Hardware,
+                   tell: Callable[[str], None] | None = None) -> list[Candidate]:
+    """Up to `k` distinct schedules, best first: `first` (the solver's), then the best
+    with the earlier ones excluded, then greedy's and samples to fill up."""
+    assert first.env is not None and first.objective is not None
+    say = tell or (lambda _: None)
+    found: list[Candidate] = []
+    seen: set[str] = set()
+
+    def add(source: str, env: Mapping[str, int]) -> bool:
+        program = materialize(model, env)
+        text = print_program(program)
+        if text in seen:
+            return False
+        verify(program, workload, hw)
+        seen.add(text)
+        objective = ex.evaluate(model.constraints.objective, env)
+        found.append(Candidate(source, objective, dict(env), program))
+        return True
+
+    add("optimum" if first.status is Status.OPTIMAL else f"{first.solver}'s", first.env)
+    excluded = [exclusion(relevant(model, first.env), 1)]
+    start = time.perf_counter()
+    while len(found) < k:
+        left = time_limit_s - (time.perf_counter() - start)
+        if left <= 0:
+            break
+        say(f"solving for the {_ordinal(len(found) + 1)} best schedule")
+        cset = dataclasses.replace(model.constraints, constraints=(
+            *model.constraints.constraints, *excluded))
+        result = cpsat.solve(cset, left)
+        if result.env is None:
+            break  # no other schedule (or none in time): fill up below
+        add("next best", result.env)
+        excluded.append(exclusion(relevant(model, result.env), len(excluded) + 1))
+    if len(found) < k:
+        say("greedy schedule")
+        filler = greedy.solve(model.constraints, time_limit_s, model.slots)
+        if filler.env is not None:
+            add("greedy", filler.env)
+    seed = 0
+    while len(found) < k and seed < SAMPLE_ATTEMPTS * k:
+        say(f"random feasible schedule (seed {seed})")
+        env = random_schedule(model.constraints, seed)
+        if env is not None:
+            add(f"sample (seed {seed})", env)
+        seed += 1
+    return found
+
+
+# ---------------------------------------------------------------- timing
+
+
+@dataclass(frozen=True)
+class Timing:
+    passed: bool
+    run_s: float | None
+    log: str
+
+
+def time_schedule(program: Program, workload: Workload, hw: Hardware, out_dir: Path,
+                  data: tuple[Mapping[str, Any], Mapping[str, Any], Mapping[str, Any]]
+                  ) -> Timing:
+    """Emit `program` as C into `out_dir`, build it, check it against the reference and
+    time it (NumPy is not timed). `data`: inputs, expected outputs, error bounds."""
+    from synth.emit.c import emit_c
+    from synth.emit.c_check import check_c
+
+    inputs, expected, bounds = data
+    emit_c(program, workload, hw, out_dir, inputs, expected, bounds)
+    check = check_c(out_dir, time_numpy=False)
+    return Timing(check.passed, check.run_s if check.passed else None, check.log)
+
+
+def reference_data(workload: Workload, seed: int = 0
+                   ) -> tuple[Mapping[str, Any], Mapping[str, Any], Mapping[str, Any]]:
+    inputs = make_inputs(workload, seed)
+    expected, bounds = evaluate_errors(workload, inputs)
+    return inputs, expected, bounds
+
+
+def spearman(xs: Sequence[float], ys: Sequence[float]) -> float | None:
+    """Spearman's rank correlation of paired values (ties share their mean rank); None
+    with fewer than two pairs or when either side is constant."""
+    if len(xs) != len(ys):
+        raise ValueError("spearman: sequences of different lengths")
+    if len(xs) < 2:
+        return None
+    rx, ry = ranks(xs), ranks(ys)
+    mx, my = sum(rx) / len(rx), sum(ry) / len(ry)
+    sxy = sum((a - mx) * (b - my) for a, b in zip(rx, ry, strict=True))
+    sxx = sum((a - mx) ** 2 for a in rx)
+    syy = sum((b - my) ** 2 for b in ry)
+    if sxx == 0 or syy == 0:
+        return None
+    return sxy / math.sqrt(sxx * syy)
+
+
+def ranks(values: Sequence[float]) -> list[float]:
+    """1-based ranks, ties given the mean of the ranks they span."""
+    order = sorted(range(len(values)), key=lambda i: values[i])
+    out = [0.0] * len(values)
+    start = 0
+    while start < len(order):
+        end = start
+        while end + 1 < len(order) and values[order[end + 1]] == values[order[start]]:
+            end += 1
+        for position in range(start, end + 1):
+            out[order[position]] = (start + end) / 2 + 1
+        start = end + 1
+    return out
+
+
+def run(model: Model, first: SolveResult, k: int, workload: Workload, hw: Hardware,
+        time_limit_s: float, seed: int = 0, checked_hw: Hardware | None = None,
+        out_dir: str | None = None) -> Measured:
+    """The `measure` stage: the K best schedules, each emitted, checked and timed.
+    `checked_hw`: what the loop nests are verified against (`pipeline.what_if`)."""
+    start = time.perf_counter()
+    candidates = best_schedules(model, k, first, time_limit_s, workload,
+                                checked_hw or hw, progress.stage)
+    candidates.sort(key=lambda c: (c.objective, c.env != first.env))
+    data = reference_data(workload, seed)
+    schedules = []
+    with tempfile.TemporaryDirectory(prefix="synth-measure-") as tmp:
+        root = Path(out_dir) if out_dir is not None else Path(tmp)
+        for rank, cand in enumerate(candidates, 1):
+            progress.stage(f"measure {rank}/{len(candidates)}")
+            timing = time_schedule(cand.program, workload, hw, root / f"rank{rank}", data)
+            schedules.append(MeasuredSchedule(
+                rank, cand.source, cand.objective, timing.run_s, timing.passed,
+                relevant(model, cand.env), cand.env, timing.log[-2000:]))
+    ran = [s for s in schedules if s.measured_s is not None]
+    rho = spearman([s.modelled_s for s in ran], [s.measured_s or 0.0 for s in ran])
+    fastest = min(ran, key=lambda s: (s.measured_s, s.rank)) if ran else None
+    return Measured(tuple(schedules), rho, fastest.rank if fastest else None,
+                    time.perf_counter() - start, k)
+
+
+def chosen_result(first: SolveResult, measured: Measured) -> SolveResult:
+    """The solve result for the fastest measured schedule: the solver's own when it was
+    the fastest, else that schedule (FEASIBLE: under the model it is not the optimum;
+    the optimum's objective stays the bound)."""
+    if measured.chosen is None:
+        return first
+    chosen = measured.schedule(measured.chosen)
+    if dict(chosen.env) == dict(first.env or {}):
+        return first
+    return dataclasses.replace(first, status=Status.FEASIBLE, env=dict(chosen.env),
+                               objective=chosen.modelled_ps,
+                               stats={**first.stats, "measured_rank": measured.chosen})

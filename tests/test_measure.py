@@ -1,0 +1,155 @@
+"""`synth solve --measure K`: the K best distinct schedules under the model, each run as
+C and timed; the fastest measured is the result. No test judges a time: the tests check
+which schedules are measured, the report's shape, Spearman's arithmetic and the exit
+codes (a failing check is provoked by replacing the timing function)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+import synth.pipeline
+from synth import measure
+from synth.cli import app
+from synth.constraints.result import Status
+from synth.measure import Timing, ranks, relevant, spearman
+from synth.pipeline import Outcome, Request, run
+
+SOFTMAX = {"N": 4096}
+
+
+def invoke(*args: str) -> Any:
+    return CliRunner().invoke(app, list(args))
+
+
+@pytest.fixture(scope="module")
+def measured() -> Outcome:
+    return run(Request("softmax", "cpu", SOFTMAX, ("core.count=1..2",), validate=False,
+                       measure=3))
+
+
+def test_measure_returns_k_distinct_schedules_best_first(measured: Outcome) -> None:
+    result = measured.measured
+    assert result is not None and result.passed
+    schedules = result.schedules
+    assert [s.rank for s in schedules] == [1, 2, 3]
+    assert schedules[0].source == "optimum"
+    modelled = [s.modelled_ps for s in schedules]
+    assert modelled == sorted(modelled)
+    assert len({tuple(sorted(s.variables.items())) for s in schedules}) == 3
+    assert all(s.measured_s is not None and s.measured_s > 0 for s in schedules)
+    # the result is the fastest measured; the optimum stays in the report
+    assert result.chosen == min(schedules, key=lambda s: (s.measured_s, s.rank)).rank
+    chosen = result.schedule(result.chosen)
+    assert measured.result.env == chosen.env
+    assert measured.result.objective == chosen.modelled_ps
+    expected = Status.OPTIMAL if result.chosen == 1 else Status.FEASIBLE
+    assert measured.result.status is expected
+
+
+def test_relevant_leaves_out_unused_kernels(measured: Outcome) -> None:
+    env = measured.result.env
+    assert env is not None
+    used = {k.name for k in measured.model.selected(env)}
+    unused = {k.name for k in measured.model.kernels} - used
+    assert unused  # softmax has fusion candidates the schedule does not use
+    names = relevant(measured.model, env)
+    assert not [n for n in names if n.split(".")[1:2] and n.split(".")[1] in unused
+                and not n.startswith("fuse.")]
+    assert any(n.startswith("fuse.") for n in names)
+
+
+def test_measure_json(tmp_path: Path) -> None:
+    result = invoke("solve", "softmax", "--hw", "cpu", "--set", "N=4096", "--hw-set",
+                    "core.count=1..2", "--measure", "2", "--no-validate", "--json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)["measured"]
+    assert set(data) >= {"schedules", "spearman", "chosen"}
+    assert len(data["schedules"]) == 2
+    for entry in data["schedules"]:
+        assert set(entry) >= {"rank", "modelled_s", "measured_s", "variables"}
+    assert data["chosen"] in (1, 2)
+    assert data["spearman"] is None or -1 <= data["spearman"] <= 1
+
+
+def test_measure_human_output() -> None:
+    result = invoke("solve", "softmax", "--hw", "cpu", "--set", "N=4096", "--hw-set",
+                    "core.count=1..2", "--measure", "2", "--no-validate")
+    assert result.exit_code == 0, result.output
+    assert "Measured: the 2 best schedules under the model" in result.stdout
+    assert "Spearman (modelled vs measured, 2 schedules)" in result.stdout
+
+
+def test_without_measure_the_report_has_null() -> None:
+    result = invoke("solve", "softmax", "--hw", "cpu", "--set", "N=4096", "--no-validate",
+                    "--json")
+    assert json.loads(result.stdout)["measured"] is None
+
+
+@pytest.mark.parametrize("k", ["0", "65", "two", "-1"])
+def test_bad_k_is_exit_2(k: str) -> None:
+    result = invoke("solve", "softmax", "--hw", "cpu", "--measure", k)
+    assert result.exit_code == 2, result.output
+    assert "--measure" in result.output
+
+
+def test_measure_off_cpu_is_exit_2_before_solving(monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_solve(*args: Any) -> Any:
+        raise AssertionError("solved")
+
+    monkeypatch.setattr(synth.pipeline, "solve", no_solve)
+    result = invoke("solve", "softmax", "--hw", "upmem", "--measure", "2")
+    assert result.exit_code == 2, result.output
+    assert "--measure times schedules as C on this machine's cores" in result.output
+
+
+def test_a_failed_check_is_exit_4(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[Path] = []
+
+    def fake(program: Any, workload: Any, hw: Any, out_dir: Path, data: Any) -> Timing:
+        calls.append(out_dir)
+        if out_dir.name == "rank2":
+            return Timing(False, None, "y: DIFFERS from the reference")
+        return Timing(True, 1.0 / len(calls), "")
+
+    monkeypatch.setattr(measure, "time_schedule", fake)
+    result = invoke("solve", "softmax", "--hw", "cpu", "--set", "N=4096", "--hw-set",
+                    "core.count=1..2", "--measure", "3", "--no-validate", "--json")
+    assert result.exit_code == 4, result.output
+    data = json.loads(result.stdout)["measured"]
+    assert [s["passed"] for s in data["schedules"]] == [True, False, True]
+    assert data["schedules"][1]["measured_s"] is None
+    assert data["chosen"] == 3  # the fastest of those that ran
+
+
+def test_spearman_of_known_rankings() -> None:
+    assert spearman([1, 2, 3, 4, 5], [10, 20, 30, 40, 50]) == pytest.approx(1.0)
+    assert spearman([1, 2, 3, 4, 5], [5, 4, 3, 2, 1]) == pytest.approx(-1.0)
+    # one swap among 5: 1 - 6 * sum(d^2) / (n (n^2 - 1)) = 1 - 6 * 2 / 120
+    assert spearman([1, 2, 3, 4, 5], [1, 3, 2, 4, 5]) == pytest.approx(0.9)
+    # ties share their mean rank: x ranks 1, 2.5, 2.5, 4 against 1, 2, 3, 4
+    assert ranks([1, 2, 2, 3]) == [1.0, 2.5, 2.5, 4.0]
+    assert spearman([1, 2, 2, 3], [1, 2, 3, 4]) == pytest.approx(4.5 / math.sqrt(22.5))
+    assert spearman([1], [2]) is None
+    assert spearman([1, 1, 1], [1, 2, 3]) is None
+    with pytest.raises(ValueError):
+        spearman([1, 2], [1])
+
+
+def test_the_solvers_schedule_need_not_be_rank_1() -> None:
+    """With --solver greedy the first schedule is greedy's, which CP-SAT's next best may
+    beat under the model: it is labelled as greedy's and ranked by its modelled time."""
+    outcome = run(Request("softmax", "cpu", SOFTMAX, ("core.count=1..2",), solver="greedy",
+                          validate=False, measure=2))
+    result = outcome.measured
+    assert result is not None and result.chosen is not None
+    sources = [s.source for s in result.schedules]
+    assert "greedy's" in sources and "optimum" not in sources
+    modelled = [s.modelled_ps for s in result.schedules]
+    assert modelled == sorted(modelled)
+    assert outcome.result.env == result.schedule(result.chosen).env
