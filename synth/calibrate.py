@@ -79,10 +79,11 @@ class CalibrationError(SynthError):
 class Settings:
     """How long each measurement runs: `target_s` per repetition, `reps` repetitions
     (the fastest is kept: on a shared machine another process only ever slows a run
-    down); `dram_cap` bounds the DRAM buffer (twice the L3 otherwise)."""
+    down, and many short runs find the quiet moments more often than a few long
+    ones); `dram_cap` bounds the DRAM buffer (twice the L3 otherwise)."""
 
-    target_s: float = 0.01
-    reps: int = 7
+    target_s: float = 0.004
+    reps: int = 15
     dram_cap: int = 1 << 30
 
 

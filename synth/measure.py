@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -91,6 +92,7 @@ class Measured:
     chosen: int | None  # rank of the fastest measured (None: none ran)
     seconds: float
     asked: int  # K
+    load: float = 0.0  # the 1-minute load average when timing started (wall-clock times)
 
     @property
     def passed(self) -> bool:
@@ -101,7 +103,8 @@ class Measured:
 
     def json(self) -> dict[str, Any]:
         return {"schedules": [s.json() for s in self.schedules], "spearman": self.spearman,
-                "chosen": self.chosen, "asked": self.asked, "seconds": self.seconds}
+                "chosen": self.chosen, "asked": self.asked, "seconds": self.seconds,
+                "load_average": self.load}
 
 
 # ---------------------------------------------------------------- checks
@@ -280,6 +283,7 @@ def run(model: Model, first: SolveResult, k: int, workload: Workload, hw: Hardwa
                                 checked_hw or hw, progress.stage)
     candidates.sort(key=lambda c: (c.objective, c.env != first.env))
     data = reference_data(workload, seed)
+    load = os.getloadavg()[0]
     schedules = []
     with tempfile.TemporaryDirectory(prefix="synth-measure-") as tmp:
         root = Path(out_dir) if out_dir is not None else Path(tmp)
@@ -293,7 +297,7 @@ def run(model: Model, first: SolveResult, k: int, workload: Workload, hw: Hardwa
     rho = spearman([s.modelled_s for s in ran], [s.measured_s or 0.0 for s in ran])
     fastest = min(ran, key=lambda s: (s.measured_s, s.rank)) if ran else None
     return Measured(tuple(schedules), rho, fastest.rank if fastest else None,
-                    time.perf_counter() - start, k)
+                    time.perf_counter() - start, k, load)
 
 
 def chosen_result(first: SolveResult, measured: Measured) -> SolveResult:

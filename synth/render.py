@@ -296,7 +296,8 @@ def measured_line(measured: Measured) -> str:
     failed = [str(s.rank) for s in measured.schedules if not s.passed]
     if failed:
         line += f"; FAILED the check: rank {', '.join(failed)}"
-    return line + f" ({measured.seconds:.1f} s)"
+    busy = " (wall-clock times: the machine was busy)" if measured.load >= 0.5 else ""
+    return line + f"; {measured.seconds:.1f} s, load average {measured.load:.2f}{busy}"
 
 
 def print_json(outcome: Outcome, total_s: float) -> None:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import benchmark_module
 from typer.testing import CliRunner
 
 import synth.pipeline
@@ -69,7 +70,7 @@ def test_measure_json(tmp_path: Path) -> None:
                     "core.count=1..2", "--measure", "2", "--no-validate", "--json")
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)["measured"]
-    assert set(data) >= {"schedules", "spearman", "chosen"}
+    assert set(data) >= {"schedules", "spearman", "chosen", "load_average"}
     assert len(data["schedules"]) == 2
     for entry in data["schedules"]:
         assert set(entry) >= {"rank", "modelled_s", "measured_s", "variables"}
@@ -153,3 +154,27 @@ def test_the_solvers_schedule_need_not_be_rank_1() -> None:
     modelled = [s.modelled_ps for s in result.schedules]
     assert modelled == sorted(modelled)
     assert outcome.result.env == result.schedule(result.chosen).env
+
+
+def test_cost_fidelity_summary() -> None:
+    """benchmarks/cost_fidelity.py's per-workload numbers, on made-up times."""
+    fidelity = benchmark_module("cost_fidelity")
+    points = tuple(fidelity.Point(source, modelled, measured, measured is not None, {})
+                   for source, modelled, measured in (
+                       ("optimum", 1.0, 3.0), ("greedy", 2.0, 2.0), ("sample 0", 3.0, 4.0),
+                       ("sample 1", 4.0, None)))
+    problem = fidelity.Problem("p", {"N": 1}, points, 0.0, 0.0)
+    assert len(problem.ran()) == 3
+    assert problem.optimum_rank() == 2  # greedy ran faster
+    assert problem.optimum_ratio() == pytest.approx(1.5)
+    assert problem.spearman() == pytest.approx(spearman([1, 2, 3], [3, 2, 4]))
+    assert set(problem.json()) >= {"spearman", "optimum_rank", "optimum_over_fastest"}
+    assert set(fidelity.PROBLEMS) == {"matmul-512", "matmul-1024x512x2048", "softmax-2^20",
+                                      "rownorm", "attention-256", "attention-1024", "fa6"}
+
+
+def test_c_vs_numpy_ratios() -> None:
+    c_vs_numpy = benchmark_module("c_vs_numpy")
+    row = c_vs_numpy.Row("x", "N=1", True, 2.0, 4.0, 1.0)
+    assert row.vs_numpy == pytest.approx(2.0) and row.vs_blas == pytest.approx(0.5)
+    assert c_vs_numpy.Row("x", "N=1", False, None, 4.0).vs_numpy is None
