@@ -8,7 +8,7 @@ schedule and `--samples` random feasible schedules from the sampler
 (`synth.constraints.sample`, seeds 0, 1, ...), duplicates (the same loop nest) dropped.
 Each is emitted as C (`synth.emit.c`), built, checked against the reference and timed by
 `synth.emit.c_check` (median of at least 5 runs after a warm-up, the compiled computation
-only), exactly as `synth solve --measure` does (`synth.measure.time_schedule`). Per
+only), as `synth solve --measure` does (`synth.measure.time_schedule`, here not `quick`). Per
 problem it prints every schedule's modelled and measured time, then the summary the issue
 asks for: Spearman's rank correlation of modelled and measured times, the optimum's
 measured rank (1 = fastest) and measured(optimum) / fastest measured. Targets (issue 11):
@@ -150,7 +150,8 @@ def run_problem(name: str, hw_ref: str, samples: int, time_limit_s: float,
                 continue  # the same loop nest as a schedule already measured
             seen.add(text)
             verify(program, workload, hw)
-            timing = time_schedule(program, workload, hw, Path(tmp) / str(index), data)
+            timing = time_schedule(program, workload, hw, Path(tmp) / str(index), data,
+                                   quick=False)
             modelled = ex.evaluate(model.constraints.objective, env) / PS_PER_S
             points.append(Point(source, modelled, timing.run_s, timing.passed,
                                 relevant(model, env)))

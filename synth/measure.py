@@ -13,9 +13,9 @@ sampler's random feasible ones (`synth.constraints.sample`) fill up.
 
 How each is timed (`time_schedule`): `synth.emit.c` writes it, `synth.emit.c_check`
 builds it, runs it on the validation inputs against the reference, and times the
-compiled computation (median of at least 5 runs after a warm-up); NumPy is not timed
-again for each. A schedule whose check fails is reported and not chosen; the run then
-exits 4.
+compiled computation (that run is the warm-up; then the median of at least 5 runs, 3 for a
+run over a second); NumPy is not timed again for each. A schedule whose check fails is
+reported and not chosen; the run then exits 4.
 
 `spearman` is the rank correlation of modelled and measured times over the schedules that
 ran (ties share their mean rank); `benchmarks/cost_fidelity.py` uses the same functions.
@@ -221,16 +221,18 @@ class Timing:
 
 
 def time_schedule(program: Program, workload: Workload, hw: Hardware, out_dir: Path,
-                  data: tuple[Mapping[str, Any], Mapping[str, Any], Mapping[str, Any]]
-                  ) -> Timing:
+                  data: tuple[Mapping[str, Any], Mapping[str, Any], Mapping[str, Any]],
+                  quick: bool = True) -> Timing:
     """Emit `program` as C into `out_dir`, build it, check it against the reference and
-    time it (NumPy is not timed). `data`: inputs, expected outputs, error bounds."""
+    time it (NumPy is not timed). `data`: inputs, expected outputs, error bounds.
+    `quick` (--measure): the checking call is the warm-up, and calls over a second are
+    timed 3 times, not 5 (`synth.emit.c_check.QUICK_RUNS`)."""
     from synth.emit.c import emit_c
     from synth.emit.c_check import check_c
 
     inputs, expected, bounds = data
     emit_c(program, workload, hw, out_dir, inputs, expected, bounds)
-    check = check_c(out_dir, time_numpy=False)
+    check = check_c(out_dir, time_numpy=False, quick=quick)
     return Timing(check.passed, check.run_s if check.passed else None, check.log)
 
 

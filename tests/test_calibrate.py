@@ -134,3 +134,12 @@ def test_busy_machine_is_said(tmp_path: Path) -> None:
 def test_dump_toml_round_trips(name: str) -> None:
     tree = tomllib.loads(read_model(name)[0])
     assert tomllib.loads(dump_toml(tree)) == tree
+
+
+def test_no_compiler_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
+    monkeypatch.setattr(calibrate, "DEFAULT", calibrate.QUICK)
+    result = invoke("calibrate", "--out", str(tmp_path / "m.toml"))
+    assert result.exit_code == 2, result.output
+    assert "cannot run the C compiler" in result.output
+    assert not (tmp_path / "m.toml").exists()

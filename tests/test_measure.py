@@ -178,3 +178,17 @@ def test_c_vs_numpy_ratios() -> None:
     row = c_vs_numpy.Row("x", "N=1", True, 2.0, 4.0, 1.0)
     assert row.vs_numpy == pytest.approx(2.0) and row.vs_blas == pytest.approx(0.5)
     assert c_vs_numpy.Row("x", "N=1", False, None, 4.0).vs_numpy is None
+
+
+def test_quick_timing_counts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """--measure's timing: no extra warm-up (the checking call was one) and the given
+    number of runs; the default keeps a warm-up and at least MIN_RUNS."""
+    from synth.emit import c_check
+
+    monkeypatch.setattr(c_check, "TIMING_BUDGET_S", 0.0)
+    calls: list[int] = []
+    c_check.median_time(lambda: calls.append(1), False, c_check.QUICK_RUNS)
+    assert len(calls) == c_check.QUICK_RUNS
+    calls.clear()
+    c_check.median_time(lambda: calls.append(1))
+    assert len(calls) == 1 + c_check.MIN_RUNS

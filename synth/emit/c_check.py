@@ -34,6 +34,11 @@ from typing import Any
 import numpy as np
 
 MIN_RUNS = 5
+# `--measure` (`quick`): the checking call is the warm-up, and a call longer than
+# LONG_RUN_S needs only QUICK_RUNS timed calls (its median moves little; gemm2k's optimum
+# runs for seconds, and 8 schedules x 7 calls would take minutes)
+QUICK_RUNS = 3
+LONG_RUN_S = 1.0
 MAX_RUNS = 50
 TIMING_BUDGET_S = 0.5  # per side: repeat a short call until about this much was spent
 WORKLOAD_FILE = "workload.pkl"
@@ -59,15 +64,18 @@ class CCheck:
 
 
 def check_c(out_dir: str | Path, timeout_s: float = 600.0, time_runs: bool = True,
-            time_numpy: bool = True) -> CCheck:
+            time_numpy: bool = True, quick: bool = False) -> CCheck:
     """Run the check in a child process; a crash or a timeout is a failed check.
-    `time_numpy` False times the emitted code only (`numpy_s` stays None)."""
+    `time_numpy` False times the emitted code only (`numpy_s` stays None); `quick` times
+    it after the checking call, with fewer runs when a call is long (`QUICK_RUNS`)."""
     start = time.perf_counter()
     args = [sys.executable, "-m", "synth.emit.c_check", str(out_dir)]
     if not time_runs:
         args.append("--no-timing")
     if not time_numpy:
         args.append("--no-numpy")
+    if quick:
+        args.append("--quick")
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
     try:
@@ -99,18 +107,22 @@ def build(out: Path) -> tuple[bool, str]:
     return proc.returncode == 0, proc.stdout + proc.stderr
 
 
-def median_time(fn: Callable[[], object]) -> float:
-    """Median seconds of one call: a warm-up, then at least MIN_RUNS timed calls."""
-    fn()
+def median_time(fn: Callable[[], object], warm_up: bool = True,
+                min_runs: int = MIN_RUNS) -> float:
+    """Median seconds of one call: a warm-up (unless the caller just made one), then at
+    least `min_runs` timed calls (more when calls are short)."""
+    if warm_up:
+        fn()
     times: list[float] = []
-    while len(times) < MIN_RUNS or (sum(times) < TIMING_BUDGET_S and len(times) < MAX_RUNS):
+    while len(times) < min_runs or (sum(times) < TIMING_BUDGET_S and len(times) < MAX_RUNS):
         start = time.perf_counter()
         fn()
         times.append(time.perf_counter() - start)
     return statistics.median(times)
 
 
-def run_child(out: Path, time_runs: bool, time_numpy: bool = True) -> dict[str, Any]:
+def run_child(out: Path, time_runs: bool, time_numpy: bool = True, quick: bool = False
+              ) -> dict[str, Any]:
     from synth import numpy_eval
     from synth.emit.c import LIBRARY
     from synth.reference import compare
@@ -128,14 +140,20 @@ def run_child(out: Path, time_runs: bool, time_numpy: bool = True) -> dict[str, 
                for name, t in workload.tensors.items()}
     lib = ctypes.CDLL(str((out / LIBRARY).resolve()))
     pointers = (ctypes.c_void_p * len(tensors))(*(a.ctypes.data for a in tensors.values()))
+    checked = time.perf_counter()
     lib.synth_run(pointers)
+    checked = time.perf_counter() - checked
     errors, lines = _compare(workload, tensors, out, compare)
     result.update(passed=all(ok for ok, _, _ in errors.values()),
                   max_abs_err=max((e[1] for e in errors.values()), default=0.0),
                   max_rel_err=max((e[2] for e in errors.values()), default=0.0),
                   threads=int(lib.synth_threads()), log=log + "\n".join(lines))
     if time_runs and result["passed"]:
-        result["run_s"] = median_time(lambda: lib.synth_run(pointers))
+        if quick:  # the checking call was the warm-up
+            runs = QUICK_RUNS if checked > LONG_RUN_S else MIN_RUNS
+            result["run_s"] = median_time(lambda: lib.synth_run(pointers), False, runs)
+        else:
+            result["run_s"] = median_time(lambda: lib.synth_run(pointers))
         if time_numpy:
             result["numpy_s"] = median_time(lambda: numpy_eval.evaluate(workload, inputs))
     return result
@@ -167,7 +185,7 @@ def _finite(value: float) -> float:
 def main(argv: list[str]) -> int:
     out = Path(argv[0])
     result = run_child(out, time_runs="--no-timing" not in argv,
-                       time_numpy="--no-numpy" not in argv)
+                       time_numpy="--no-numpy" not in argv, quick="--quick" in argv)
     print(json.dumps(result, allow_nan=False))
     return 0
 
