@@ -16,7 +16,9 @@ median. What is measured, and where it goes in the model (docs/hardware.md, "Cal
 - read bandwidth (bytes per cycle) and load-to-use latency (a pointer chase over cache
   lines in random order) of buffers held in L1, L2, L3 and DRAM -> each memory's
   `bandwidth` and `latency`, which describe transfers *from its parent* (l1's are L2's
-  reads); DRAM's bandwidth with every core reading, the caches' with one;
+  reads; a register memory under l1 gets L1's); DRAM's bandwidth with every core
+  reading, the caches' with one. A latency the base model sets to 0 stays 0 (the model
+  says those transfers overlap compute);
 - an OpenMP parallel region's start and join -> `launch`; a barrier -> the core level's
   `barrier` when the base model has one;
 - usable cores: FMA throughput of all CPUs running at once over one's -> the core level's
@@ -48,7 +50,7 @@ import numpy as np
 
 from synth.errors import InputError, SynthError
 from synth.hardware import Hardware
-from synth.hwfile import detect_cache_size, load_hardware, read_model
+from synth.hwfile import detect_cache_size, load_hardware, parse_time, read_model
 
 SOURCE = "calibrate.c"
 LIBRARY = "libcalibrate.so"
@@ -372,7 +374,7 @@ def substitute(tree: dict[str, Any], cal: Calibration) -> list[str]:
         if "bandwidth" in memory:
             put(memory, "bandwidth", f"{cal.bandwidth[parent]:.2f}B/cycle",
                 f"{name}.bandwidth ({parent} reads)")
-        if "latency" in memory:
+        if "latency" in memory and not _zero_time(memory["latency"]):
             put(memory, "latency", f"{cal.latency[parent]:.0f}cycles",
                 f"{name}.latency ({parent} load-to-use)")
     if "launch" in tree:
@@ -386,6 +388,15 @@ def substitute(tree: dict[str, Any], cal: Calibration) -> list[str]:
         if "barrier" in cores:
             put(cores, "barrier", f"{cal.barrier_s * 1e9:.0f}ns", f"{cores.get('name')}.barrier")
     return done
+
+
+def _zero_time(value: Any) -> bool:
+    """A latency the base model sets to zero: it says the transfers overlap compute (the
+    caches' prefetching hides them), which a load-to-use latency must not undo."""
+    try:
+        return parse_time(value, 10**9) == 0
+    except (SynthError, TypeError, ValueError):
+        return False
 
 
 def model_text(hw_ref: str, cal: Calibration) -> str:

@@ -121,6 +121,18 @@ def test_substitute_puts_numbers_where_they_belong() -> None:
     assert "l1.bandwidth (L2 reads) = 32.00B/cycle" in done
 
 
+def test_a_zero_latency_stays_zero() -> None:
+    """A model whose caches overlap their transfers with compute says latency 0; the
+    measured load-to-use latency must not put a per-tile cost back."""
+    tree = tomllib.loads(read_model("cpu")[0])
+    memories = {m["name"]: m for m in tree["memory"]}
+    memories["l1"]["latency"] = "0ns"
+    substitute(tree, fake())
+    assert memories["l1"]["latency"] == "0ns"
+    assert memories["l1"]["bandwidth"] == "32.00B/cycle"
+    assert memories["l2"]["latency"] == "50cycles"
+
+
 def test_busy_machine_is_said(tmp_path: Path) -> None:
     cal = fake(load=(1.9, 1.0, 0.5), notes=("the machine was busy (load average 1.90)",))
     assert cal.busy and not fake().busy
