@@ -374,14 +374,18 @@ def substitute(tree: dict[str, Any], cal: Calibration) -> list[str]:
         if "bandwidth" in memory:
             put(memory, "bandwidth", f"{cal.bandwidth[parent]:.2f}B/cycle",
                 f"{name}.bandwidth ({parent} reads)")
-        if "latency" in memory and not _zero_time(memory["latency"]):
+        if ("latency" in memory and not _zero_time(memory["latency"])
+                and not memory.get("overlap")):  # overlapped with compute: hidden
             put(memory, "latency", f"{cal.latency[parent]:.0f}cycles",
                 f"{name}.latency ({parent} load-to-use)")
-    if "launch" in tree:
-        put(tree, "launch", f"{cal.region_s * 1e9:.0f}ns", "launch")
     levels = tree.get("level", [])
+    forks = len(levels) > 1 and "fork" in levels[1]
+    if "launch" in tree and not forks:  # a region is a kernel's start, or the cores' fork
+        put(tree, "launch", f"{cal.region_s * 1e9:.0f}ns", "launch")
     if len(levels) > 1:
         cores = levels[1]
+        if forks:
+            put(cores, "fork", f"{cal.region_s * 1e9:.0f}ns", f"{cores.get('name')}.fork")
         count = cores.get("count")
         put(cores, "count", f"1..{cal.usable_cores}" if isinstance(count, str) and ".." in count
             else cal.usable_cores, f"{cores.get('name')}.count")

@@ -37,6 +37,9 @@ class Level:
     # time for the units of one parent to meet at a barrier (0: not modelled); what an
     # on-device combine of partial results pays besides the combining itself
     barrier_ps: int = 0
+    # time to start the units of one parent and join them again (an OpenMP parallel
+    # region), paid each time they start when more than one runs (0: not modelled)
+    fork_ps: int = 0
 
     @property
     def is_root(self) -> bool:
@@ -65,6 +68,18 @@ class Memory:
     latency_ps: int  # fixed cost of one transfer from or to the parent memory
     ps_per_byte: int  # cost per byte of such a transfer
     shared_by: str  # units of this level each own one transfer engine; transfers below serialise
+    # transfers run beside compute (caches filled by the hardware while the core computes):
+    # the kernel takes the longest of its compute and these transfers, not their sum
+    overlap: bool = False
+    # filled and kept by the hardware (a cache): a tile stays while the loops around it do
+    # not walk its tensor, so it moves again only when it changes (not each time a loop
+    # outside the units' starts repeats it, as an explicit copy would)
+    cache: bool = False
+    # cost per byte written back to the parent, when it differs from a read's (0: the same)
+    store_ps_per_byte: int = 0
+    # a cache that holds the program's tensors from its previous run (or their producers)
+    # when they all fit: nothing moves into it from its parent then (steady state)
+    warm: bool = False
 
     @property
     def usable(self) -> int:
@@ -102,6 +117,17 @@ class Compute:
     intrinsics: Mapping[str, Intrinsic] = field(default_factory=dict)
     # data in tiles and a DST register file (Tenstorrent; `synth.tiles`); default: neither
     tiling: Tiling = field(default_factory=Tiling)
+    # the innermost memory's tiles are the vector registers: a statement runs in vector
+    # instructions only when its tile along the vector dimension is whole vectors, else
+    # one element per instruction (synth.constraints.roofline)
+    vector_tiles: bool = False
+    # a multiply feeding an add costs one instruction (FMA)
+    fused_multiply_add: bool = False
+    # dtype -> cycles before an accumulator takes its next update (dependent add / FMA)
+    accumulate_latency: Mapping[str, float] = field(default_factory=dict)
+    # vector instructions the out-of-order core looks ahead past a waiting accumulator
+    # (0: none; every chain is exposed)
+    accumulate_window: int = 0
 
     @property
     def cycle_ps(self) -> int:

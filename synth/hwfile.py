@@ -80,14 +80,18 @@ that every prefix the encoding uses is listed here)."""
 _TOP_KEYS = ("name", "description", "launch", "streams", "level", "memory", "compute",
              "host")
 _TOP_REQUIRED = ("name", "launch", "level", "memory", "compute", "host")
-_LEVEL_KEYS = ("name", "symbol", "count", "issue_share", "barrier")
-_LEVEL_FIELDS = ("symbol", "count", "issue_share", "barrier")  # what --hw-set may change on a level
+_LEVEL_KEYS = ("name", "symbol", "count", "issue_share", "barrier", "fork")
+# what --hw-set may change on a level
+_LEVEL_FIELDS = ("symbol", "count", "issue_share", "barrier", "fork")
 _MEMORY_KEYS = ("name", "level", "instance_level", "capacity", "reserved", "symbol", "latency",
-                "bandwidth", "shared_by", "transfer", "detect")
+                "bandwidth", "shared_by", "transfer", "detect", "overlap", "cache",
+                "warm", "store_bandwidth")
 _MEMORY_FIELDS = tuple(k for k in _MEMORY_KEYS if k not in ("name", "transfer"))
-_PARENT_KEYS = ("latency", "bandwidth", "transfer")  # about the parent: not on the root memory
+# about the parent: not on the root memory
+_PARENT_KEYS = ("latency", "bandwidth", "transfer", "store_bandwidth")
 _TRANSFER_KEYS = ("min", "max", "multiple", "align")
-_COMPUTE_KEYS = ("clock", "cycles", "lanes", "intrinsic", "tile", "dst")
+_COMPUTE_KEYS = ("clock", "cycles", "lanes", "intrinsic", "tile", "dst", "vector_tiles",
+                 "accumulate_latency", "accumulate_window", "fused_multiply_add")
 _INTRINSIC_KEYS = ("shape", "cycles", "pack")
 _COMPUTE_REQUIRED = ("clock", "cycles")
 _DTYPES = tuple(d.value for d in DType)
@@ -241,6 +245,34 @@ def _parse_sysfs_size(text: str) -> int:
     multiplier = {"K": 2**10, "M": 2**20, "G": 2**30}.get(text[-1:].upper(), 1)
     digits = text[:-1] if multiplier > 1 else text
     return int(digits) * multiplier
+
+
+# Where Linux lists the CPU's instruction-set flags; read by `vector_isa`. A module attribute
+# so tests can point it at a fake file.
+CPUINFO = Path("/proc/cpuinfo")
+# (flag, vector registers, bytes per vector register), widest first
+_VECTOR_ISAS = (("avx512f", 32, 64), ("avx", 16, 32))
+_BASELINE_ISA = (16, 16)  # x86-64's SSE2 (and a safe guess elsewhere): 16 x 16 bytes
+
+
+def vector_isa(cpuinfo: Path | None = None) -> tuple[int, int]:
+    """(vector registers, bytes per register) of the running machine's widest SIMD ISA, read
+    from /proc/cpuinfo's flags: AVX-512 32 x 64 B, AVX/AVX2 16 x 32 B, else 16 x 16 B."""
+    try:
+        text = (CPUINFO if cpuinfo is None else cpuinfo).read_text()
+    except OSError:
+        return _BASELINE_ISA
+    flags = next((line.split(":", 1)[1].split() for line in text.splitlines()
+                  if line.startswith("flags")), [])
+    return next(((regs, width) for flag, regs, width in _VECTOR_ISAS if flag in flags),
+                _BASELINE_ISA)
+
+
+def auto_lanes() -> dict[str, int]:
+    """`lanes = "auto"`: the SIMD lanes of the dtypes synth's C emitter vectorises (f32 and
+    i32, 4 bytes each) at this machine's vector width; other dtypes run scalar (1)."""
+    width = vector_isa()[1]
+    return {"f32": width // 4, "i32": width // 4}
 
 
 def detect_cache_size(kind: str, cache_dir: Path | None = None) -> int | None:
@@ -403,6 +435,8 @@ def parse_override(text: str) -> tuple[str, Scalar]:
     key, raw = key.strip(), raw.strip()
     if not sep or not key or not raw:
         raise InputError(f"--hw-set expects KEY=VALUE (e.g. wram.capacity=32KiB), got {text!r}")
+    if raw in ("true", "false"):  # a flag (compute.vector_tiles=false)
+        return key, raw == "true"
     if re.fullmatch(r"[+-]?\d+", raw, re.ASCII):
         return key, to_int(raw)
     if re.fullmatch(r"[+-]?(\d+\.\d*|\.\d+)([eE][+-]?\d+)?", raw, re.ASCII):
@@ -452,6 +486,9 @@ def _override_keys(tree: Mapping[str, Any]) -> dict[str, list[tuple[str | int, .
             for op in OP_CLASSES:
                 add(f"{table}.cycles.{dtype}.{op}", (table, "cycles", dtype, op))
             add(f"{table}.lanes.{dtype}", (table, "lanes", dtype))
+            add(f"{table}.accumulate_latency.{dtype}", (table, "accumulate_latency", dtype))
+        for flag in ("vector_tiles", "fused_multiply_add", "accumulate_window"):
+            add(f"{table}.{flag}", (table, flag))
     add("compute.dst.sync", ("compute", "dst", "sync"))  # tiles.SYNC_MODES
     for index, name in _named_entries(tree, "level"):
         if index == 0:
@@ -553,6 +590,14 @@ def _compute(value: object, where: _Where) -> Compute:
         cycles[dtype] = _cycles_table(ops, where.at("cycles", dtype))
     return Compute(clock_hz=clock_hz, cycles=cycles,
                    lanes=_lanes(table.get("lanes", {}), where.at("lanes")),
+                   vector_tiles=_flag(table.get("vector_tiles", False),
+                                      where.at("vector_tiles")),
+                   fused_multiply_add=_flag(table.get("fused_multiply_add", False),
+                                            where.at("fused_multiply_add")),
+                   accumulate_latency=_latencies(table.get("accumulate_latency", {}),
+                                                 where.at("accumulate_latency")),
+                   accumulate_window=_integer(table.get("accumulate_window", 0),
+                                              where.at("accumulate_window"), 0),
                    intrinsics=_intrinsics(table.get("intrinsic", {}), where.at("intrinsic")),
                    tiling=parse_tiling(table, _DTYPES, where))
 
@@ -580,8 +625,28 @@ def _intrinsics(value: object, where: _Where) -> dict[str, Intrinsic]:
     return out
 
 
+def _flag(value: object, where: _Where) -> bool:
+    if not isinstance(value, bool):
+        raise where.error(f"expected true or false, got {value!r}")
+    return value
+
+
+def _latencies(value: object, where: _Where) -> dict[str, float]:
+    """`accumulate_latency = { f32 = 4 }`: cycles before a vector accumulator can take its
+    next update (the latency of a dependent add or FMA), per dtype."""
+    out: dict[str, float] = {}
+    for dtype, cycles in _table(value, where).items():
+        if dtype not in _DTYPES:
+            raise where.error(f"unknown dtype {dtype!r}{_suggest(dtype, _DTYPES)}")
+        out[dtype] = _cycles(cycles, where.at(dtype))
+    return out
+
+
 def _lanes(value: object, where: _Where) -> dict[str, int]:
-    """SIMD lanes per dtype: elements one vector instruction handles (default 1)."""
+    """SIMD lanes per dtype: elements one vector instruction handles (default 1); "auto":
+    this machine's (`auto_lanes`)."""
+    if value == "auto":
+        return auto_lanes()
     lanes: dict[str, int] = {}
     for dtype, count in _table(value, where).items():
         if dtype not in _DTYPES:
@@ -596,7 +661,7 @@ def _level(entry: dict[str, Any], is_root: bool, where: _Where, clock_hz: int) -
     _check_keys(entry, _LEVEL_KEYS, required, where)
     name = _string(entry["name"], where.at("name"))
     if is_root:
-        for key in ("symbol", "count", "issue_share", "barrier"):
+        for key in ("symbol", "count", "issue_share", "barrier", "fork"):
             if key in entry:
                 raise where.at(key).error("the root level (the first [[level]]) has exactly "
                                           f"one unit and takes no {key!r}")
@@ -605,8 +670,10 @@ def _level(entry: dict[str, Any], is_root: bool, where: _Where, clock_hz: int) -
     issue_share = _integer(entry.get("issue_share", 1), where.at("issue_share"), 1)
     barrier = _unit(lambda v: parse_time(v, clock_hz), entry.get("barrier", 0),
                     where.at("barrier"))
+    fork = _unit(lambda v: parse_time(v, clock_hz), entry.get("fork", 0), where.at("fork"))
     return Level(name=name, symbol=_string(entry["symbol"], where.at("symbol")),
-                 count_min=low, count_max=high, issue_share=issue_share, barrier_ps=barrier)
+                 count_min=low, count_max=high, issue_share=issue_share, barrier_ps=barrier,
+                 fork_ps=fork)
 
 
 def _levels(value: object, where: _Where, clock_hz: int) -> tuple[Level, ...]:
@@ -662,9 +729,12 @@ def _capacity(entry: Mapping[str, Any], where: _Where) -> int:
     if "detect" not in entry:
         return written
     kind = entry["detect"]
+    if kind == "registers":  # the vector register file: registers x bytes per register
+        registers, width = vector_isa()
+        return registers * width
     if kind not in _DETECT_KINDS:
-        raise where.at("detect").error(f"expected one of {', '.join(_DETECT_KINDS)}, "
-                                       f"got {kind!r}")
+        raise where.at("detect").error(f"expected one of {', '.join(_DETECT_KINDS)} or "
+                                       f"registers, got {kind!r}")
     detected = detect_cache_size(kind)
     return written if detected is None else detected
 
@@ -712,6 +782,12 @@ def _memory(entry: dict[str, Any], is_root: bool, levels: Sequence[Level], clock
         ps_per_byte=0 if is_root else _unit(lambda v: parse_bandwidth(v, clock_hz),
                                             entry["bandwidth"], where.at("bandwidth")),
         shared_by=names[shared_by],
+        overlap=_flag(entry.get("overlap", False), where.at("overlap")),
+        cache=_flag(entry.get("cache", False), where.at("cache")),
+        warm=_flag(entry.get("warm", False), where.at("warm")),
+        store_ps_per_byte=(_unit(lambda v: parse_bandwidth(v, clock_hz),
+                                 entry["store_bandwidth"], where.at("store_bandwidth"))
+                           if "store_bandwidth" in entry else 0),
     )
 
 

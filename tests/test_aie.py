@@ -80,6 +80,6 @@ def test_the_hardware_keys_are_checked(tmp_path: pytest.TempPathFactory) -> None
         load_hardware(str(bad_shape))
     cpu = open(load_hardware("cpu").source).read()  # noqa: SIM115
     streaming_cpu = tmp_path / "cpu.toml"  # type: ignore[operator]
-    streaming_cpu.write_text(cpu.replace('launch = "5us"', 'launch = "5us"\nstreams = true'))
+    streaming_cpu.write_text(cpu.replace('name = "cpu"', 'name = "cpu"\nstreams = true'))
     with pytest.raises(InputError, match="below the root level"):
         load_hardware(str(streaming_cpu))

@@ -107,16 +107,19 @@ def test_substitute_puts_numbers_where_they_belong() -> None:
     done = substitute(tree, fake())
     assert tree["compute"]["clock"] == tree["host"]["clock"] == "3.000GHz"
     assert tree["compute"]["cycles"]["f32"]["exp"] == 1.5
-    assert tree["compute"]["cycles"]["f16"]["exp"] == 12  # only f32 is measured
+    assert tree["compute"]["cycles"]["f16"]["exp"] == 20  # only f32 is measured
     assert tree["compute"]["accumulate_latency"]["f32"] == 4.0
     memories = {m["name"]: m for m in tree["memory"]}
-    # a memory's bandwidth and latency are its parent's reads: l1 is filled from L2
+    # a memory's bandwidth is its parent's reads: l1 is filled from L2, the registers
+    # from L1; caches overlap their fills with compute, so their latency stays 0
+    assert memories["reg"]["bandwidth"] == "64.00B/cycle"
     assert memories["l1"]["bandwidth"] == "32.00B/cycle"
-    assert memories["l1"]["latency"] == "14cycles"
+    assert memories["l1"]["latency"] == "0ns"
     assert memories["l2"]["bandwidth"] == "16.00B/cycle"
     assert memories["l3"]["bandwidth"] == "4.00B/cycle"
     assert "bandwidth" not in memories["dram"]
-    assert tree["launch"] == "1000ns"
+    # a parallel region is the cores' fork (a kernel's launch stays a function call)
+    assert tree["launch"] == "0us" and tree["level"][1]["fork"] == "1000ns"
     assert tree["level"][1]["count"] == "1..2" and tree["level"][1]["barrier"] == "200ns"
     assert "l1.bandwidth (L2 reads) = 32.00B/cycle" in done
 
@@ -127,6 +130,8 @@ def test_a_zero_latency_stays_zero() -> None:
     tree = tomllib.loads(read_model("cpu")[0])
     memories = {m["name"]: m for m in tree["memory"]}
     memories["l1"]["latency"] = "0ns"
+    memories["l2"]["latency"] = "10cycles"  # a latency that is paid: measured
+    memories["l2"].pop("overlap", None)
     substitute(tree, fake())
     assert memories["l1"]["latency"] == "0ns"
     assert memories["l1"]["bandwidth"] == "32.00B/cycle"

@@ -135,7 +135,7 @@ def emitted(name: str, sizes: Mapping[str, int], out: Path) -> None:
 
 def test_the_check_catches_a_wrong_result(tmp_path: Path) -> None:
     emitted("va", {"N": 4096}, tmp_path)
-    break_source(tmp_path, r"(\w+_l1\[\w+\]) \+ ", r"\1 - ")  # c = a - b
+    break_source(tmp_path, r"(\w+_reg\[\w+\]) \+ ", r"\1 - ")  # c = a - b
     check = check_c(tmp_path, time_runs=False)
     assert check.built and not check.passed
     assert "DIFFERS" in check.log

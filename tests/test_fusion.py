@@ -160,7 +160,7 @@ def test_a_fused_fill_initialises_the_accumulator_where_it_lives() -> None:
     assert kernel.name == "C#1_C#2"
     assert not any(isinstance(n, Load) and n.dst.startswith("C_") for n in walk(kernel.body))
     tile = _enclosing(kernel.body, lambda n: isinstance(n, Alloc)
-                      and n.buffer.name == "C_l1")
+                      and n.buffer.name == f"C_{built.model.hw.memories[-1].name}")
     assert all(loop.var.dim != "k" for loop in tile)  # resident across all of K
     fill = _enclosing(kernel.body, lambda n: isinstance(n, Compute) and n.statement == "C#1")
     assert fill == tile  # the fill runs where the tile is allocated, outside the k loops

@@ -138,8 +138,9 @@ def test_variable_order_on_upmem_is_the_seeds() -> None:
 
 def test_variable_order_on_the_cpu() -> None:
     _, model = encoded("softmax", "cpu", (("N", 4096),))
-    # the core level: its cores, then L1's tile before L2's; then the system level's L3
-    assert greedy.symbol_order(model.slots) == (("P", "Q", "L"), ("S",))
+    # the core level: its cores, then the registers' tile, L1's, L2's; then the system
+    # level's L3
+    assert greedy.symbol_order(model.slots) == (("P", "V", "Q", "L"), ("S",))
 
 
 def test_symbol_order_is_computed_from_the_slots() -> None:

@@ -234,7 +234,8 @@ def test_iterations_storing_one_tile_do_not_batch() -> None:
     case = SMALL[0][0]
     program, workload = optimal_program(case), build(case).workload
     loop = inner_loop(program, "s")
-    store = next(n for n in loop.body if isinstance(n, Store) and n.src.startswith("e_"))
+    # the store whose tile moves with the loop: the outermost of e's tiles it writes
+    store = [n for n in loop.body if isinstance(n, Store) and n.src.startswith("e_")][-1]
     assert batches(program, workload, "s", loop.var.name)
     broken = overlapping(program, store.src, loop.var.name)
     assert broken != program

@@ -445,8 +445,7 @@ def test_scalar_reduction_without_parallel_loops_validates(case: Case) -> None:
 def test_scalar_reduction_over_a_padded_extent_runs() -> None:
     case = Case.of("red", "cpu", {"N": 1000}, ("core.count=1",))
     cset = build(case).model.constraints
-    env = cset.complete({"ext.s.i": 1024, "S.s.i": 1, "L.s.i": 128, "Q.s.i": 8,
-                         "buffers.s.l1": 1})
+    env = cset.complete({"ext.s.i": 1024, "S.s.i": 1, "L.s.i": 8, "Q.s.i": 8, "V.s.i": 16})
     assert cset.violated(env) == []
     program = materialize(build(case).model, env)
     assert pipeline.validate(program, build(case).workload).passed

@@ -20,11 +20,13 @@ The model, per kernel:
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections import Counter
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from synth.constraints import expr as ex
+from synth.constraints import roofline
 from synth.constraints.dst import tiled_constraints
 from synth.constraints.fusion import kernel_order
 from synth.constraints.space import (
@@ -40,7 +42,7 @@ from synth.constraints.space import (
     hierarchy_slots,
 )
 from synth.hardware import Hardware, Intrinsic, Memory
-from synth.workload import Access, BinOp, ReduceOp, Statement, Workload, op_classes
+from synth.workload import Access, BinOp, Num, ReduceOp, Statement, Workload, op_classes
 
 
 @dataclass(frozen=True)
@@ -196,15 +198,19 @@ def buffer_bytes(kt: KernelTerms, use: TensorUse, mem: Memory, slot: int,
     return ex.mul(kt.partials(slot, use), run.padded_bytes, *rows)
 
 
-def transfer_loops(kt: KernelTerms, use: TensorUse, slot: int
+def transfer_loops(kt: KernelTerms, use: TensorUse, slot: int, cached: bool = False
                    ) -> tuple[dict[str, set[int]], list[ex.Int]]:
     """The loops around the copy of `use` into the memory at `slot`, per dimension.
 
     Returns the slots whose factors always count, per dim, and the factors that count
     only when the copy cannot be hoisted above them (see `copy_loops`). For a dimension
     the tensor is indexed by, every loop counts: a loop that walks the tensor changes its
-    tile, and one with a single iteration multiplies by 1 either way."""
+    tile, and one with a single iteration multiplies by 1 either way. In a cache
+    (`cached`) every loop is optional: the tile stays across a loop outside the units that
+    does not walk it, though the loop nest makes it anew there."""
     loops = copy_loops(kt.slots, kt.kernel, slot)
+    if cached:
+        loops = CopyLoops((), loops.fixed + loops.optional)
     counted: dict[str, set[int]] = {d: set() for d in kt.kernel.dims}
     optional: list[ex.Int] = []
     for lp in loops.fixed:
@@ -369,6 +375,8 @@ def with_buffer_choices(kt: KernelTerms, domains: dict[str, tuple[int, ...]]
     for slot, mem in _memory_slots(kt)[-1:]:
         loops = copy_loops(kt.slots, kt.kernel, slot)
         steps = [kt.f(lp.dim, lp.slot) for lp in loops.fixed + loops.optional]
+        if mem.overlap:  # the hardware overlaps its transfers already (caches)
+            continue
         if (_parent_slot(kt, slot) == root and not kt.hw.streams) or not kt.moving() or all(
                 s == ex.ONE
                                                                    for s in steps):
@@ -492,7 +500,7 @@ def capacity_constraints(kt: KernelTerms, workload: Workload) -> list[NamedConst
                                                                    kt.slots[slot].level_index)))
         buffers = kt.buffered.get(slot, ex.ONE)  # moving tiles are double buffered
         used = ex.add(*(ex.mul(buffer_bytes(kt, use, mem, slot,
-                                            workload.tensors[use.tensor].dtype.itemsize),
+                                            element_bytes(kt, workload, use, mem)),
                                ex.ONE if use.local else buffers)
                         for use in kt.resident(slot)))
         shared = device_combine_capacity(kt, workload, mem)  # one per instance
@@ -613,7 +621,8 @@ def unit_counts(terms: Sequence[KernelTerms], hw: Hardware, chosen: Mapping[str,
 
 def kernel_cost(kt: KernelTerms, workload: Workload) -> dict[str, ex.Int]:
     """The parts of one kernel's modelled time, keyed like the JSON breakdown."""
-    compute = compute_cost(kt)
+    compute = (vector_compute_cost(kt, workload) if kt.hw.compute.vector_tiles
+               else compute_cost(kt))
     parts: dict[str, ex.Int] = {
         "compute": compute,
         "launch": launch_cost(kt),
@@ -621,6 +630,7 @@ def kernel_cost(kt: KernelTerms, workload: Workload) -> dict[str, ex.Int]:
         "device_combine": device_combine_cost(kt, workload),
         "pack": pack_cost(kt),
     }
+    overlapping: dict[str, ex.Int] = {}
     for slot, mem in _memory_slots(kt):
         parent = kt.hw.memories[kt.hw.memories.index(mem) - 1]
         transfer = transfer_cost(kt, workload, mem, slot)
@@ -628,17 +638,40 @@ def kernel_cost(kt: KernelTerms, workload: Workload) -> dict[str, ex.Int]:
         if buffers is not None:
             transfer = ex.select(ex.Cmp(buffers, "==", ex.const(2)), overlapped_transfer(
                 transfer, compute, first_transfer_cost(kt, workload, mem, slot)), transfer)
-        parts[f"transfer:{parent.name}->{mem.name}"] = transfer
+        key = f"transfer:{parent.name}->{mem.name}"
+        if mem.overlap:
+            overlapping[key] = transfer
+        else:
+            parts[key] = transfer
+    parts.update(roofline.overlapped_parts(compute, overlapping))
     return parts
 
 
 def launch_cost(kt: KernelTerms) -> ex.Int:
-    """A fixed cost per start of the kernel: once per iteration of the root memory's
-    loops (the host refills the next memory between launches), or once when the units
-    stream from the root memory themselves (`hw.streams`)."""
+    """A fixed cost per start of the kernel: once per iteration of the loops outside its
+    units (the root memory's, and those of other memories at the root's level: on a CPU
+    each of their iterations starts a parallel region), or once when the units stream
+    from the root memory themselves (`hw.streams`)."""
+    forks = fork_cost(kt)
     if kt.hw.streams:
-        return ex.const(kt.hw.launch_ps)
-    return ex.mul(kt.hw.launch_ps, *(kt.f(d, _root_slot(kt)) for d in kt.kernel.dims))
+        return ex.add(ex.const(kt.hw.launch_ps), forks)
+    return ex.add(ex.mul(kt.hw.launch_ps, *(kt.f(d, _root_slot(kt)) for d in kt.kernel.dims)),
+                  forks)
+
+
+def fork_cost(kt: KernelTerms) -> ex.Int:
+    """Starting and joining the units of a level with a `fork` cost (an OpenMP parallel
+    region): once per iteration of the sequential loops outside them, when the kernel
+    uses more than one (the emitted code runs a single unit without a region)."""
+    total: list[ex.Int] = []
+    for index, slot in enumerate(kt.slots):
+        level = kt.hw.levels[slot.level_index]
+        if slot.kind is not SlotKind.SPATIAL or not level.fork_ps:
+            continue
+        outside = [i for i in kt.temporal() if i < index]
+        starts = ex.mul(level.fork_ps, *(kt.dim_product(d, outside) for d in kt.kernel.dims))
+        total.append(ex.select(ex.greater_than_one(kt.units(index)), starts, 0))
+    return ex.add(*total)
 
 
 def kernel_objective(kt: KernelTerms, workload: Workload, parts: Mapping[str, ex.Int]
@@ -646,6 +679,13 @@ def kernel_objective(kt: KernelTerms, workload: Workload, parts: Mapping[str, ex
     """The sum of the kernel's cost `parts`, written so the solver bounds it well: with
     one double-buffered memory, compute + its exposed transfer is
     max(transfer, compute) + first (the compute cancels), which is what this writes."""
+    overlapping = {f"transfer:{kt.hw.memories[kt.hw.memories.index(mem) - 1].name}->"
+                   f"{mem.name}": transfer_cost(kt, workload, mem, slot)
+                   for slot, mem in _memory_slots(kt) if mem.overlap}
+    if overlapping:  # the parts telescope to max(compute, transfers): said so directly
+        return ex.add(ex.maximum(parts["compute"], *overlapping.values()),
+                      *(term for part, term in parts.items()
+                        if part != "compute" and part not in overlapping))
     if len(kt.buffered) != 1:
         return ex.add(*parts.values())
     [(slot, buffers)] = kt.buffered.items()
@@ -715,6 +755,106 @@ def compute_cost(kt: KernelTerms) -> ex.Int:
     return ex.add(core, *around)
 
 
+def vector_compute_cost(kt: KernelTerms, workload: Workload) -> ex.Int:
+    """`compute_cost` on a CPU with vector registers (`compute.vector_tiles`): vector
+    or scalar instructions by the register tile, and no faster than the dependence
+    chains of its accumulations allow (see `synth.constraints.roofline`)."""
+    compute = kt.hw.compute
+    innermost = len(kt.slots) - 1
+    vector = roofline.kernel_vector_dim(kt.kernel.statements)
+    width = {s.name: roofline.lanes(s, vector, workload, compute) for s in kt.kernel.statements}
+    whole = (roofline.whole_vectors(kt.tile(vector, innermost), max(width.values()),
+                                    kt.factors.domains)
+             if vector is not None else True)
+
+    def either(vectorised: ex.Int, scalar: ex.Int) -> ex.Int:
+        return vectorised if vectorised == scalar else ex.select(whole, vectorised, scalar)
+
+    def per_point(stmts: Sequence[Statement], vectorised: bool) -> int:
+        return sum(roofline.point_ps(s, compute, width[s.name] if vectorised else 1)
+                   for s in stmts)
+
+    points = kt.sequential_points()
+    folds = [fold_cost(kt, s, vector, width[s.name]) for s in kt.kernel.core
+             if vector is not None and vector in s.reduced and width[s.name] > 1]
+    issue = either(ex.add(ex.mul(per_point(kt.kernel.core, True), points), *folds),
+                   ex.mul(per_point(kt.kernel.core, False), points))
+    chains = [either(chain_cost(kt, s, vector if width[s.name] > 1 else None, width[s.name]),
+                     chain_cost(kt, s, None, 1))
+              for s in kt.kernel.core if s.reduced and roofline.accumulate_ps(s, compute)]
+    around = [either(ex.mul(per_point([s], True), around_points(kt, s)),
+                     ex.mul(per_point([s], False), around_points(kt, s)))
+              for s in kt.kernel.prologue + kt.kernel.epilogue]
+    return ex.add(ex.maximum(issue, *chains), *around)
+
+
+def fold_cost(kt: KernelTerms, stmt: Statement, vector: str, lanes: int) -> ex.Int:
+    """Folding the vector accumulators of `stmt`, a reduction along the vector dimension,
+    into its target (`KernelWriter.fold`): each time the target's register tile leaves
+    the registers, per element of it, its vector accumulators (one per vector of the
+    tile along the vector dimension) combine into one, whose lanes then combine one
+    scalar operation each."""
+    innermost = len(kt.slots) - 1
+    use = kt.kernel.use(stmt.target)
+    elements = ex.mul(transfer_count(kt, use, innermost),
+                      *(kt.tile(d, innermost) for d in use.indices))
+    op = roofline.point_ps(dataclasses.replace(stmt, expr=Num(0)), kt.hw.compute, 1)
+    vectors = ex.ceil_div(kt.tile(vector, innermost), lanes)  # exact where it is vectorised
+    return ex.add(ex.mul(op * lanes, elements), ex.mul(op, elements, vectors))
+
+
+def chain_cost(kt: KernelTerms, stmt: Statement, vector: str | None, lanes: int) -> ex.Int:
+    """The time the accumulations of `stmt` (a core reduction) take by their dependences:
+    each accumulator's updates in a row (`chain_points`) at the accumulate latency, where
+    the out-of-order core does not find enough other work to fill the wait. It does
+    between register tiles: while one tile's chain runs, the next tile's (independent)
+    instructions issue, as far as `accumulate_window` vector instructions ahead. So a
+    tile's chain is exposed in full only when the tile's instructions fill the window,
+    and otherwise in the share they fill:
+
+        latency x min(chain, instructions x (updates per tile) / window)"""
+    compute = kt.hw.compute
+    chain = chain_points(kt, stmt, vector)
+    latency = roofline.accumulate_ps(stmt, compute)
+    if not compute.accumulate_window:
+        return ex.mul(latency, chain)
+    instructions = ex.ceil_div(kt.sequential_points(), lanes)
+    shared = ex.ceil_div(ex.mul(instructions, updates_per_tile(kt, stmt, vector)),
+                         compute.accumulate_window)
+    return ex.mul(latency, ex.add(chain, shared, ex.mul(-1, ex.maximum(chain, shared))))
+
+
+def updates_per_tile(kt: KernelTerms, stmt: Statement, vector: str | None) -> ex.Int:
+    """Updates in a row of one accumulator while its register tile stays in the
+    registers: the reduction's steps inside the tile (but along a vectorised reduced
+    dimension, which are separate accumulators) and those of the loops the tile is
+    hoisted above (`transfer_loops`: optional loops that no later loop walking the
+    target follows)."""
+    innermost = len(kt.slots) - 1
+    use = kt.kernel.use(stmt.target)
+    loops = copy_loops(kt.slots, kt.kernel, innermost)
+    steps: list[ex.Int] = [kt.f(d, innermost) for d in kt.kernel.dims
+                           if d not in use.indices and d != vector]
+    for pos, loop in enumerate(loops.optional):
+        if loop.dim in use.indices:
+            continue
+        walks_later = ex.any_of(ex.greater_than_one(kt.f(lp.dim, lp.slot))
+                                for lp in loops.optional[pos:] if lp.dim in use.indices)
+        steps.append(ex.select(walks_later, 1, kt.f(loop.dim, loop.slot)))
+    return ex.mul(*steps)
+
+
+def chain_points(kt: KernelTerms, stmt: Statement, vector: str | None) -> ex.Int:
+    """Updates in a row of one accumulator of `stmt` (a core reduction) in one unit: its
+    points over the independent accumulators, which are the register tile's elements
+    of the target and, when vectorised along a reduced dimension (`vector`), that
+    dimension's register tile too (a vector accumulator per vector of it)."""
+    innermost = len(kt.slots) - 1
+    outer = [i for i in kt.temporal() if i != innermost]
+    return ex.mul(*(kt.dim_product(d, outer) if d in stmt.indices or d == vector
+                    else kt.dim_product(d, kt.temporal()) for d in kt.kernel.dims))
+
+
 def around_points(kt: KernelTerms, stmt: Statement) -> ex.Int:
     """Points one innermost unit computes of a prologue or epilogue statement: its
     target's tile in the innermost memory, once per time that tile is (re)made (the
@@ -778,13 +918,35 @@ def statement_ops(stmt: Statement) -> Counter[str]:
 
 
 def transfer_cost(kt: KernelTerms, workload: Workload, mem: Memory, slot: int) -> ex.Int:
+    if warm(workload, mem):
+        return ex.ZERO
     shared = kt.hw.level_index(mem.shared_by)
     serial = ex.mul(*(kt.units(s) for s in kt.spatial_between(shared,
                                                               kt.slots[slot].level_index)))
     total = [ex.select(exchanged_on_device(kt, use, slot), 0, tensor_transfer_cost(
-                 kt, use, mem, slot, workload.tensors[use.tensor].dtype.itemsize))
+                 kt, use, mem, slot, element_bytes(kt, workload, use, mem)))
              for use in kt.moving()]
     return ex.scale(ex.add(*total), serial)
+
+
+def element_bytes(kt: KernelTerms, workload: Workload, use: TensorUse, mem: Memory) -> int:
+    """Bytes an element of `use` takes moving into and staying in `mem`: its dtype's,
+    except in vector registers (`compute.vector_tiles`, the innermost memory), where a
+    tensor without the kernel's vector dimension takes a whole register per element:
+    each is loaded and broadcast on its own (a tensor the vector dimension indexes is
+    laid out in vectors along it, as the emitter does)."""
+    itemsize = workload.tensors[use.tensor].dtype.itemsize
+    if not kt.hw.compute.vector_tiles or mem is not kt.hw.memories[-1] or not use.indices:
+        return itemsize
+    vector = roofline.kernel_vector_dim(kt.kernel.statements)
+    return itemsize if vector in use.indices else max(itemsize,
+                                                      roofline.register_bytes(kt.hw.compute))
+
+
+def warm(workload: Workload, mem: Memory) -> bool:
+    """Whether every tensor of the workload stays in `mem` (a `warm` cache) between runs."""
+    total = sum(t.dtype.itemsize * math.prod(t.shape) for t in workload.tensors.values())
+    return mem.warm and total <= mem.usable
 
 
 def tensor_transfer_cost(kt: KernelTerms, use: TensorUse, mem: Memory, slot: int,
@@ -793,7 +955,7 @@ def tensor_transfer_cost(kt: KernelTerms, use: TensorUse, mem: Memory, slot: int
 
     Per dimension of the tensor, (times moved) x (tile extent) is one product of that
     dimension's factors, which `dim_product` writes compactly."""
-    counted, optional = transfer_loops(kt, use, slot)
+    counted, optional = transfer_loops(kt, use, slot, mem.cache)
     inner = set(kt.inner(slot))
     partials = kt.partials(slot, use)
     last = use.indices[-1] if use.indices else None
@@ -811,8 +973,11 @@ def tensor_transfer_cost(kt: KernelTerms, use: TensorUse, mem: Memory, slot: int
     operations = ex.mul(common, moves_last, run.chunks)
     if kt.hw.compute.tiling.edge:  # tiled: a block of whole tiles moves in one copy
         operations = ex.mul(partials, transfer_count(kt, use, slot))
-    once = ex.add(ex.mul(mem.latency_ps, operations), ex.scale(moved, mem.ps_per_byte, common))
-    return ex.scale(once, int(use.read) + int(use.written))
+    directions = int(use.read) + int(use.written)
+    per_byte = (mem.ps_per_byte * directions if not use.written or not mem.store_ps_per_byte
+                else mem.ps_per_byte * int(use.read) + mem.store_ps_per_byte)
+    return ex.add(ex.mul(mem.latency_ps * directions, operations),
+                  ex.scale(moved, per_byte, common))
 
 
 def combine_cost(kt: KernelTerms, workload: Workload) -> ex.Int:

@@ -24,6 +24,7 @@ from synth.constraints import expr as ex
 from synth.constraints.fusion import candidate_groups, needed_outside
 from synth.hardware import Hardware
 from synth.tiles import tile_units, tiled_extent
+from synth.vectors import vector_dim
 from synth.workload import Access, Statement, Workload, accesses
 
 
@@ -296,6 +297,9 @@ def build_factors(kernels: Sequence[KernelSpec], hw: Hardware, slots: tuple[Slot
             largest = _largest_padding(extent, hw)
             values = {index: _candidates(slot, hw, extent, largest, (named or {}).get(
                 slot.name, ())) for index, slot in enumerate(slots) if index != root_slot}
+            innermost = len(slots) - 1
+            values[innermost] = whole_vector_candidates(kernel, dim, hw, values[innermost],
+                                                        extent)
             ext = _variable(domains, f"ext.{kernel.name}.{dim}",
                             padded_extents(extent, list(values.values())))
             for index, candidates in values.items():
@@ -313,6 +317,28 @@ def build_factors(kernels: Sequence[KernelSpec], hw: Hardware, slots: tuple[Slot
                 if not isinstance(member, ex.Const):
                     groups[member] = group
     return Factors(slots, terms, extents, domains, groups)
+
+
+def vector_width(kernel: KernelSpec, hw: Hardware) -> int:
+    """Elements per vector register of the kernel's statements (the most lanes among
+    their dtypes), on models whose innermost tiles are vector registers; else 1."""
+    if not hw.compute.vector_tiles:
+        return 1
+    return max((hw.compute.lanes.get(s.dtype.value, 1) for s in kernel.statements), default=1)
+
+
+def whole_vector_candidates(kernel: KernelSpec, dim: str, hw: Hardware,
+                            values: tuple[int, ...], extent: int) -> tuple[int, ...]:
+    """The register tile along the kernel's vector dimension is whole vectors when it can
+    be (`compute.vector_tiles`): only its multiples of the width stay candidates, as in
+    BLIS's micro-kernels. A tile of scalars is never faster where vectors fit, and the
+    choice made here keeps the cost model free of a vectorised-or-not case split. A
+    dimension too short for one vector keeps its candidates (and runs scalar)."""
+    width = vector_width(kernel, hw)
+    if width <= 1 or dim != vector_dim(kernel.statements):
+        return values
+    whole = tuple(v for v in values if v % width == 0 and v <= extent)
+    return whole or values
 
 
 def _variable(domains: dict[str, tuple[int, ...]], name: str,

@@ -67,11 +67,12 @@ from synth.ir.nodes import (
     Store,
     walk,
 )
+from synth.ir.verify import kernel_vector
 from synth.reference import evaluate_errors
+from synth.vectors import vectorisable
 from synth.workload import (
     Access,
     BinOp,
-    Call,
     DType,
     Expr,
     Neg,
@@ -93,9 +94,6 @@ INDEX = "int64_t"  # loop counters and offsets
 # the dtypes with vector arithmetic in synth_vec.h: dtype -> (suffix, C type)
 VECTOR_TYPES: Mapping[DType, tuple[str, str]] = {DType.F32: ("f32", "float"),
                                                  DType.I32: ("i32", "int32_t")}
-VECTOR_FUNCTIONS = {DType.F32: frozenset(("exp", "log", "sqrt", "rsqrt", "recip", "tanh",
-                                          "abs", "relu", "max", "min")),
-                    DType.I32: frozenset(("abs", "relu", "max", "min"))}
 MAX_LOCAL_BYTES = 1 << 20  # innermost tiles live on the thread's stack
 RESERVED = ("synth_run", "synth_threads", "kernel", "tensors", "vf32", "vi32", "uf32",
             "ui32", "SYNTH_VB", "SYNTH_W", "omp_get_thread_num")
@@ -105,24 +103,6 @@ def vector_bytes(hw: Hardware) -> int:
     """The SIMD width the emitted code uses: the model's f32 lanes x 4 bytes (the
     `cpu` model reads them from this machine), at least 16."""
     return max(16, hw.compute.lanes.get("f32", 1) * 4)
-
-
-def vectorisable(stmt: Statement, dtypes: Mapping[str, DType]) -> bool:
-    """Whether a statement's arithmetic has a vector form in synth_vec.h: one dtype with
-    vector types throughout (no mixed integer and float parts) and functions that
-    synth_vec.h provides. Shared with the cost model, which prices the others as scalar
-    (`synth.constraints.cost`)."""
-    if stmt.dtype not in VECTOR_TYPES:
-        return False
-    for node in expr_nodes(stmt.expr):
-        if isinstance(node, Access) and dtypes[node.tensor] is not stmt.dtype:
-            return False
-        if isinstance(node, Call) and node.fn not in VECTOR_FUNCTIONS[stmt.dtype]:
-            return False
-        if (not stmt.dtype.is_float and isinstance(node, Call)
-                and node.fn in ("exp", "log", "sqrt", "rsqrt", "recip", "tanh")):
-            return False
-    return True
 
 
 @dataclass(frozen=True)
@@ -808,19 +788,6 @@ def _nested(code: Code, loops: Sequence[tuple[str, str]], index_type: str) -> It
     with code.block(f"for ({index_type} {name} = 0; {name} < {bound}; {name}++)"), \
             _nested(code, rest, index_type):
         yield
-
-
-def kernel_vector(kernel: Kernel, workload: Workload) -> str | None:
-    """The dimension a kernel's innermost tiles are vectors along: the one the schedule
-    chose (`Kernel.vector`), else the last index of its first statement's target, or of
-    its first operand for a reduction into a scalar."""
-    if kernel.vector is not None:
-        return kernel.vector
-    stmt = workload.statement(kernel.statements[-1])
-    if stmt.indices:
-        return stmt.indices[-1]
-    operands = [a.indices for a in _accesses(stmt.expr) if a.indices]
-    return operands[0][-1] if operands else None
 
 
 def _accesses(expr: Expr) -> list[Access]:

@@ -65,7 +65,7 @@ from synth.ir.nodes import (
     Program,
     Store,
 )
-from synth.ir.verify import buffer_bytes, instance_copies
+from synth.ir.verify import buffer_bytes, element_bytes, instance_copies, kernel_vector
 from synth.lang import SizeRange, load_workload
 from synth.workload import Workload, accesses
 
@@ -328,6 +328,7 @@ class _Prover:
 
     def kernel(self, kernel: Kernel) -> None:
         self.name = kernel.name
+        self.vector = kernel_vector(kernel, self.workload)
         self.dims = self._kernel_dims(kernel)
         self.loop_extent = {v: self._loop_extent(v) for v in _loops(kernel.body)}
         self.extents = {v.name: extent for v, extent in self.loop_extent.items()}
@@ -592,7 +593,8 @@ class _Prover:
         for extent in varying:
             copies = copies * extent
         self.usage.setdefault(buf.memory, []).append(
-            (buf.name, copies, buffer_bytes(buf, self.hw.memory(buf.memory))))
+            (buf.name, copies, buffer_bytes(buf, self.hw.memory(buf.memory),
+                                            element_bytes(buf, self.hw, self.vector))))
 
     def _capacity(self, kernel: Kernel, memory: str, tiles: list[tuple[str, Term, int]]
                   ) -> None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from synth.constraints.roofline import register_bytes
 from synth.errors import IRError
 from synth.hardware import Hardware, Memory
 from synth.ir.nodes import (
@@ -33,6 +34,7 @@ from synth.ir.nodes import (
     Program,
     Store,
 )
+from synth.vectors import vector_dim
 from synth.workload import Workload
 
 
@@ -186,7 +188,8 @@ class KernelCheck:
         copies = instance_copies(buf, scope.loops, self.hw,
                                  lambda loop: _extent_of(self.kernel, loop))
         self.usage[buf.memory] = self.usage.get(buf.memory, 0) + copies * \
-            buffer_bytes(buf, self.hw.memory(buf.memory))
+            buffer_bytes(buf, self.hw.memory(buf.memory),
+                         element_bytes(buf, self.hw, kernel_vector(self.kernel, self.workload)))
 
 
 def instance_copies(buf: BufferDecl, loops: Sequence[LoopVar], hw: Hardware,
@@ -204,10 +207,30 @@ def instance_copies(buf: BufferDecl, loops: Sequence[LoopVar], hw: Hardware,
     return copies
 
 
-def buffer_bytes(buf: BufferDecl, mem: Memory) -> int:
+def kernel_vector(kernel: Kernel, workload: Workload) -> str | None:
+    """The dimension the kernel's register tiles are vectors along (as the C emitter and
+    the cost model take it)."""
+    if kernel.vector is not None:
+        return kernel.vector
+    return vector_dim([workload.statement(name) for name in kernel.statements])
+
+
+def element_bytes(buf: BufferDecl, hw: Hardware, vector: str | None) -> int:
+    """Bytes an element of `buf` takes: its dtype's, but a whole register in the vector
+    registers (`compute.vector_tiles`) for a tile without the vector dimension
+    (each element is broadcast on its own; `cost.element_bytes`)."""
+    itemsize = buf.dtype.itemsize
+    innermost = hw.memories[-1]
+    if (not hw.compute.vector_tiles or buf.memory != innermost.name or not buf.dims
+            or vector in buf.dims):
+        return itemsize
+    return max(itemsize, register_bytes(hw.compute))
+
+
+def buffer_bytes(buf: BufferDecl, mem: Memory, element: int | None = None) -> int:
     """Bytes of one tile (twice that when double buffered): rows padded to the memory's
-    transfer multiple."""
-    run = (buf.shape[-1] if buf.shape else 1) * buf.dtype.itemsize
+    transfer multiple; `element` bytes per element (default: the dtype's)."""
+    run = (buf.shape[-1] if buf.shape else 1) * (element or buf.dtype.itemsize)
     padded = -(-run // mem.rules.multiple) * mem.rules.multiple
     rows = 1
     for n in buf.shape[:-1]:

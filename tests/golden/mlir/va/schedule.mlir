@@ -1,5 +1,5 @@
 // synth schedule of va (N=10) on cpu (P=2)
-// memory spaces: dram = 0 (default), l3 = 1, l2 = 2, l1 = 3
+// memory spaces: dram = 0 (default), l3 = 1, l2 = 2, l1 = 3, reg = 4
 // parallel loops are scf.forall over a level's units, sequential ones scf.for over the tiles moving through a memory
 module {
   // kernel c: c[i] = a[i] + b[i]

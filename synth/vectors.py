@@ -1,0 +1,42 @@
+"""What runs in vector instructions on a CPU: shared by the C emitter, which writes the
+vector code, and the cost model, which prices it (`synth.constraints.roofline`), so the
+two agree on which statements are vectorised and along which dimension."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from synth.workload import Access, Call, DType, Statement
+from synth.workload import walk as expr_nodes
+
+# the dtypes with vector arithmetic in synth_vec.h, and the functions it has for each
+VECTOR_FUNCTIONS: Mapping[DType, frozenset[str]] = {
+    DType.F32: frozenset(("exp", "log", "sqrt", "rsqrt", "recip", "tanh", "abs", "relu",
+                          "max", "min")),
+    DType.I32: frozenset(("abs", "relu", "max", "min")),
+}
+
+
+def vectorisable(stmt: Statement, dtypes: Mapping[str, DType]) -> bool:
+    """Whether a statement's arithmetic has a vector form in synth_vec.h: one dtype with
+    vector types throughout (no mixed integer and float parts) and functions that
+    synth_vec.h provides for it. The others run one element per instruction."""
+    if stmt.dtype not in VECTOR_FUNCTIONS:
+        return False
+    for node in expr_nodes(stmt.expr):
+        if isinstance(node, Access) and dtypes[node.tensor] is not stmt.dtype:
+            return False
+        if isinstance(node, Call) and node.fn not in VECTOR_FUNCTIONS[stmt.dtype]:
+            return False
+    return True
+
+
+def vector_dim(statements: Sequence[Statement]) -> str | None:
+    """The dimension a kernel's innermost tiles are vectors along: the last index of its
+    last statement's target (contiguous in memory), or, for a reduction into a scalar,
+    the last index of its first operand that has one."""
+    stmt = statements[-1]
+    if stmt.indices:
+        return stmt.indices[-1]
+    operands = [n.indices for n in expr_nodes(stmt.expr) if isinstance(n, Access) and n.indices]
+    return operands[0][-1] if operands else None
