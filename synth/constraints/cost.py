@@ -924,23 +924,27 @@ def transfer_cost(kt: KernelTerms, workload: Workload, mem: Memory, slot: int) -
     serial = ex.mul(*(kt.units(s) for s in kt.spatial_between(shared,
                                                               kt.slots[slot].level_index)))
     total = [ex.select(exchanged_on_device(kt, use, slot), 0, tensor_transfer_cost(
-                 kt, use, mem, slot, element_bytes(kt, workload, use, mem)))
+                 kt, use, mem, slot, element_bytes(kt, workload, use, mem, moving=True)))
              for use in kt.moving()]
     return ex.scale(ex.add(*total), serial)
 
 
-def element_bytes(kt: KernelTerms, workload: Workload, use: TensorUse, mem: Memory) -> int:
-    """Bytes an element of `use` takes moving into and staying in `mem`: its dtype's,
-    except in vector registers (`compute.vector_tiles`, the innermost memory), where a
-    tensor without the kernel's vector dimension takes a whole register per element:
-    each is loaded and broadcast on its own (a tensor the vector dimension indexes is
-    laid out in vectors along it, as the emitter does)."""
+def element_bytes(kt: KernelTerms, workload: Workload, use: TensorUse, mem: Memory,
+                  moving: bool = False) -> int:
+    """Bytes an element of `use` takes staying in `mem` (or, `moving`, moving into it): its
+    dtype's, except in vector registers (`compute.vector_tiles`, the innermost memory),
+    where a tensor without the kernel's vector dimension takes a whole register per
+    element, each loaded and broadcast on its own, and one indexed by the vector
+    dimension elsewhere than last is stored in vectors along it but gathered into them
+    element by element, a load each (the emitter's copy)."""
     itemsize = workload.tensors[use.tensor].dtype.itemsize
     if not kt.hw.compute.vector_tiles or mem is not kt.hw.memories[-1] or not use.indices:
         return itemsize
     vector = roofline.kernel_vector_dim(kt.kernel.statements)
-    return itemsize if vector in use.indices else max(itemsize,
-                                                      roofline.register_bytes(kt.hw.compute))
+    register = max(itemsize, roofline.register_bytes(kt.hw.compute))
+    if vector not in use.indices:
+        return register
+    return register if moving and use.indices[-1] != vector else itemsize
 
 
 def warm(workload: Workload, mem: Memory) -> bool:

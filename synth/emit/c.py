@@ -629,8 +629,11 @@ class KernelWriter:
                             f"cache tile {decl.name}, which has no storage of its own")
         size = self.partial_count(decl) * math.prod(decl.shape)
         name = self.root_name(decl)
-        if size > 1 << 16:
-            code("#pragma omp parallel for simd schedule(static)")
+        units = parallel_units(self.kernel)
+        if size > 1 << 16 and units > 1:  # on the kernel's threads (one: no region)
+            code(f"#pragma omp parallel for simd num_threads({units}) schedule(static)")
+        elif size > 1 << 16:
+            code("#pragma omp simd")
         with self.w.for_loop(code, "k_", size):
             code(f"{name}[k_] = {value};")
 
