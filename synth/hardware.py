@@ -40,6 +40,8 @@ class Level:
     # time to start the units of one parent and join them again (an OpenMP parallel
     # region), paid each time they start when more than one runs (0: not modelled)
     fork_ps: int = 0
+    # more per unit meeting at the barrier (UPMEM tasklets: about 0.5 us each, measured)
+    barrier_per_unit_ps: int = 0
 
     @property
     def is_root(self) -> bool:
@@ -54,6 +56,31 @@ class TransferRules:
     max_bytes: int | None = None  # larger transfers are split into chunks of at most this
     multiple: int = 1  # a transfer's size is padded up to a multiple of this
     align: int = 1  # byte alignment of both ends of a transfer
+
+
+@dataclass(frozen=True)
+class PushDirection:
+    """The cost of one parallel host transfer in one direction (see `Push`)."""
+
+    one_ps_per_byte: int  # a transfer to or from one instance alone
+    full_ps_per_byte: int  # the group's shared rate, all its instances in one transfer
+    latency_ps: int = 0  # fixed cost of one parallel transfer
+    per_unit_ps: int = 0  # more per instance the transfer reaches
+
+
+@dataclass(frozen=True)
+class Push:
+    """Transfers between the root memory and a memory below it as parallel pushes
+    (UPMEM's `dpu_push_xfer`): one transfer per tensor per unit of `level` (a rank),
+    moving every instance's tile below it at once (equal sizes per instance). One push
+    takes latency + per_unit x instances + tile bytes x (one - full) + the rank's bytes x
+    full (ps per byte); the units of `level` push concurrently, together at most at
+    `cap` (ps per byte over all of them; 0: no cap)."""
+
+    level: str
+    into: PushDirection  # root -> memory
+    out: PushDirection  # memory -> root
+    cap_ps_per_byte: int = 0
 
 
 @dataclass(frozen=True)
@@ -80,10 +107,24 @@ class Memory:
     # a cache that holds the program's tensors from its previous run (or their producers)
     # when they all fit: nothing moves into it from its parent then (steady state)
     warm: bool = False
+    # fixed cost of one transfer back to the parent (None: `latency_ps`); UPMEM mram_write
+    write_latency_ps: int | None = None
+    # a unit waits for its own transfers into this memory (UPMEM mram_read): only other
+    # units' work hides them, so double buffering buys nothing and is not offered
+    blocking: bool = False
+    # transfers from the root memory as parallel pushes (None: latency + bandwidth)
+    push: Push | None = None
+    # pipeline time of the instructions that issue one transfer (the call, addresses),
+    # paid by the issuing unit like compute; priced where transfers block (`blocking`)
+    issue_ps: int = 0
 
     @property
     def usable(self) -> int:
         return self.capacity - self.reserved
+
+    @property
+    def store_latency_ps(self) -> int:
+        return self.latency_ps if self.write_latency_ps is None else self.write_latency_ps
 
 
 @dataclass(frozen=True)
@@ -155,6 +196,10 @@ class Hardware:
     # the units fetch their tiles from the root memory themselves, within one launch: the
     # root memory's sequential loops run inside the spatial levels (AIE: shim DMAs)
     streams: bool = False
+    # starting a kernel costs this much more per unit of `launch_level` it runs on (and
+    # every level above it), e.g. per DPU launched; 0: a fixed cost
+    launch_per_unit_ps: int = 0
+    launch_level: str | None = None
 
     @property
     def root(self) -> Level:

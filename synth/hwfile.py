@@ -30,7 +30,17 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from synth.errors import InputError
-from synth.hardware import OP_CLASSES, Compute, Hardware, Intrinsic, Level, Memory, TransferRules
+from synth.hardware import (
+    OP_CLASSES,
+    Compute,
+    Hardware,
+    Intrinsic,
+    Level,
+    Memory,
+    Push,
+    PushDirection,
+    TransferRules,
+)
 from synth.limits import MAX_QUANTITY, MAX_SIZE, to_int
 from synth.tiles import parse_tiling
 from synth.workload import DType
@@ -77,18 +87,22 @@ that every prefix the encoding uses is listed here)."""
 
 # The keys of each table of the format. Kept here, next to the code that reads them, so an
 # unknown key can be reported with the closest valid one.
-_TOP_KEYS = ("name", "description", "launch", "streams", "level", "memory", "compute",
-             "host")
+_TOP_KEYS = ("name", "description", "launch", "launch_per_unit", "streams", "level", "memory",
+             "compute", "host")
 _TOP_REQUIRED = ("name", "launch", "level", "memory", "compute", "host")
-_LEVEL_KEYS = ("name", "symbol", "count", "issue_share", "barrier", "fork")
+_LEVEL_KEYS = ("name", "symbol", "count", "issue_share", "barrier", "fork", "barrier_per_unit")
 # what --hw-set may change on a level
-_LEVEL_FIELDS = ("symbol", "count", "issue_share", "barrier", "fork")
+_LEVEL_FIELDS = ("symbol", "count", "issue_share", "barrier", "fork", "barrier_per_unit")
 _MEMORY_KEYS = ("name", "level", "instance_level", "capacity", "reserved", "symbol", "latency",
                 "bandwidth", "shared_by", "transfer", "detect", "overlap", "cache",
-                "warm", "store_bandwidth")
-_MEMORY_FIELDS = tuple(k for k in _MEMORY_KEYS if k not in ("name", "transfer"))
+                "warm", "store_bandwidth", "write_latency", "blocking", "issue", "push")
+_MEMORY_FIELDS = tuple(k for k in _MEMORY_KEYS if k not in ("name", "transfer", "push"))
 # about the parent: not on the root memory
-_PARENT_KEYS = ("latency", "bandwidth", "transfer", "store_bandwidth")
+_PARENT_KEYS = ("latency", "bandwidth", "transfer", "store_bandwidth", "write_latency",
+                "blocking", "issue", "push")
+_PUSH_KEYS = ("level", "cap", "in", "out")
+_PUSH_DIRECTION_KEYS = ("one", "full", "latency", "per_unit")
+_LAUNCH_PER_UNIT_KEYS = ("level", "time")
 _TRANSFER_KEYS = ("min", "max", "multiple", "align")
 _COMPUTE_KEYS = ("clock", "cycles", "lanes", "intrinsic", "tile", "dst", "vector_tiles",
                  "accumulate_latency", "accumulate_window", "fused_multiply_add")
@@ -480,6 +494,8 @@ def _override_keys(tree: Mapping[str, Any]) -> dict[str, list[tuple[str | int, .
 
     add("launch", ("launch",))
     add("host.launch", ("launch",))  # starting kernels is the host's job
+    for field in _LAUNCH_PER_UNIT_KEYS:
+        add(f"launch_per_unit.{field}", ("launch_per_unit", field))
     for table in ("compute", "host"):
         add(f"{table}.clock", (table, "clock"))
         for dtype in _DTYPES:
@@ -500,6 +516,12 @@ def _override_keys(tree: Mapping[str, Any]) -> dict[str, list[tuple[str | int, .
             add(f"{name}.{field}", ("memory", index, field))
         for field in _TRANSFER_KEYS:
             add(f"{name}.transfer.{field}", ("memory", index, "transfer", field))
+        for field in ("level", "cap"):
+            add(f"{name}.push.{field}", ("memory", index, "push", field))
+        for direction in ("in", "out"):
+            for field in _PUSH_DIRECTION_KEYS:
+                add(f"{name}.push.{direction}.{field}",
+                    ("memory", index, "push", direction, field))
     return keys
 
 
@@ -661,19 +683,19 @@ def _level(entry: dict[str, Any], is_root: bool, where: _Where, clock_hz: int) -
     _check_keys(entry, _LEVEL_KEYS, required, where)
     name = _string(entry["name"], where.at("name"))
     if is_root:
-        for key in ("symbol", "count", "issue_share", "barrier", "fork"):
+        for key in _LEVEL_FIELDS:
             if key in entry:
                 raise where.at(key).error("the root level (the first [[level]]) has exactly "
                                           f"one unit and takes no {key!r}")
         return Level(name=name, symbol=None, count_min=1, count_max=1)
     low, high = _unit(parse_count, entry["count"], where.at("count"))
     issue_share = _integer(entry.get("issue_share", 1), where.at("issue_share"), 1)
-    barrier = _unit(lambda v: parse_time(v, clock_hz), entry.get("barrier", 0),
-                    where.at("barrier"))
+    barrier, per_unit = (_unit(lambda v: parse_time(v, clock_hz), entry.get(key, 0),
+                               where.at(key)) for key in ("barrier", "barrier_per_unit"))
     fork = _unit(lambda v: parse_time(v, clock_hz), entry.get("fork", 0), where.at("fork"))
     return Level(name=name, symbol=_string(entry["symbol"], where.at("symbol")),
                  count_min=low, count_max=high, issue_share=issue_share, barrier_ps=barrier,
-                 fork_ps=fork)
+                 fork_ps=fork, barrier_per_unit_ps=per_unit)
 
 
 def _levels(value: object, where: _Where, clock_hz: int) -> tuple[Level, ...]:
@@ -743,7 +765,7 @@ def _memory(entry: dict[str, Any], is_root: bool, levels: Sequence[Level], clock
             where: _Where) -> Memory:
     """One `[[memory]]`: placement in the hierarchy, capacity, and the cost of filling it."""
     required: tuple[str, ...] = ("name", "level", "capacity", "symbol")
-    if not is_root:
+    if not is_root and "push" not in entry:  # pushes bring their own costs
         required += ("latency", "bandwidth")
     _check_keys(entry, _MEMORY_KEYS, required, where)
     if is_root:
@@ -777,10 +799,10 @@ def _memory(entry: dict[str, Any], is_root: bool, levels: Sequence[Level], clock
         reserved=reserved,
         symbol=_string(entry["symbol"], where.at("symbol")),
         rules=_transfer(entry.get("transfer", {}), where.at("transfer")),
-        latency_ps=0 if is_root else _unit(lambda v: parse_time(v, clock_hz), entry["latency"],
-                                           where.at("latency")),
-        ps_per_byte=0 if is_root else _unit(lambda v: parse_bandwidth(v, clock_hz),
-                                            entry["bandwidth"], where.at("bandwidth")),
+        latency_ps=0 if "latency" not in entry else _unit(
+            lambda v: parse_time(v, clock_hz), entry["latency"], where.at("latency")),
+        ps_per_byte=0 if "bandwidth" not in entry else _unit(
+            lambda v: parse_bandwidth(v, clock_hz), entry["bandwidth"], where.at("bandwidth")),
         shared_by=names[shared_by],
         overlap=_flag(entry.get("overlap", False), where.at("overlap")),
         cache=_flag(entry.get("cache", False), where.at("cache")),
@@ -788,7 +810,56 @@ def _memory(entry: dict[str, Any], is_root: bool, levels: Sequence[Level], clock
         store_ps_per_byte=(_unit(lambda v: parse_bandwidth(v, clock_hz),
                                  entry["store_bandwidth"], where.at("store_bandwidth"))
                            if "store_bandwidth" in entry else 0),
+        write_latency_ps=None if "write_latency" not in entry else _unit(
+            lambda v: parse_time(v, clock_hz), entry["write_latency"], where.at("write_latency")),
+        blocking=_boolean(entry.get("blocking", False), where.at("blocking")),
+        issue_ps=_unit(lambda v: parse_time(v, clock_hz), entry.get("issue", 0), where.at("issue")),
+        push=None if "push" not in entry else _push(entry["push"], names, level, clock_hz,
+                                                    where.at("push")),
     )
+
+
+def _boolean(value: object, where: _Where) -> bool:
+    if value in ("true", "false"):  # from --hw-set
+        return value == "true"
+    if not isinstance(value, bool):
+        raise where.error(f"expected true or false, got {value!r}")
+    return value
+
+
+def _push(value: object, names: Sequence[str], level: int, clock_hz: int,
+          where: _Where) -> Push:
+    """`push = { level, cap, in = {...}, out = {...} }`: transfers from the root memory as
+    parallel pushes, one per tensor per unit of `level` (see `hardware.Push`)."""
+    table = _table(value, where)
+    _check_keys(table, _PUSH_KEYS, ("level", "in", "out"), where)
+    unit = _level_ref(table["level"], names, where.at("level"))
+    if not 0 < unit <= level:
+        raise where.at("level").error(
+            f"expected a level below the root and at or outside the memory's level "
+            f"{names[level]!r}, got {names[unit]!r}")
+    cap = 0 if "cap" not in table else _unit(lambda v: parse_bandwidth(v, clock_hz),
+                                             table["cap"], where.at("cap"))
+    into, out = (_push_direction(table[key], clock_hz, where.at(key)) for key in ("in", "out"))
+    return Push(level=names[unit], into=into, out=out, cap_ps_per_byte=cap)
+
+
+def _push_direction(value: object, clock_hz: int, where: _Where) -> PushDirection:
+    """`{ one, full, latency, per_unit }`: one instance's bandwidth, the group's (default:
+    one's), a fixed cost per push and a cost per instance reached (default 0)."""
+    table = _table(value, where)
+    _check_keys(table, _PUSH_DIRECTION_KEYS, ("one",), where)
+    rates = {key: _unit(lambda v: parse_bandwidth(v, clock_hz), table[key], where.at(key))
+             for key in ("one", "full") if key in table}
+    one, full = rates["one"], rates.get("full", rates["one"])
+    if full > one:
+        raise where.at("full").error(f"expected a bandwidth at least one's "
+                                     f"({table['one']!r}): a group of instances is never "
+                                     f"slower than one, got {table['full']!r}")
+    times = {key: _unit(lambda v: parse_time(v, clock_hz), table.get(key, 0), where.at(key))
+             for key in ("latency", "per_unit")}
+    return PushDirection(one_ps_per_byte=one, full_ps_per_byte=full,
+                         latency_ps=times["latency"], per_unit_ps=times["per_unit"])
 
 
 def _memories(value: object, levels: Sequence[Level], clock_hz: int, where: _Where
@@ -799,6 +870,9 @@ def _memories(value: object, levels: Sequence[Level], clock_hz: int, where: _Whe
     for index, entry in enumerate(entries):
         entry_where = _entry_where(where, "memory", entry, index)
         memory = _memory(entry, index == 0, levels, clock_hz, entry_where)
+        if memory.push is not None and index != 1:
+            raise entry_where.at("push").error("pushes move tiles from the root memory: "
+                                               "only the memory after it takes 'push'")
         if any(other.name == memory.name for other in memories):
             raise entry_where.at("name").error(f"duplicate memory name {memory.name!r}")
         _check_memory_order(memory, memories, levels, entry_where)
@@ -865,6 +939,11 @@ def _build_hardware(tree: Mapping[str, Any], where: _Where, source: str = "") ->
     memories = _memories(tree["memory"], levels, compute.clock_hz, where)
     _check_symbols(levels, memories, where)
     streams = _streams(tree.get("streams", False), memories, where.at("streams"))
+    if streams and any(m.push is not None for m in memories):
+        raise where.at("streams").error("pushes (a memory's `push`) run between launches; "
+                                        "with streams = true nothing does")
+    launch_level, per_unit = _launch_per_unit(tree.get("launch_per_unit"), levels,
+                                              compute.clock_hz, where.at("launch_per_unit"))
     return Hardware(
         name=name,
         levels=levels,
@@ -875,7 +954,24 @@ def _build_hardware(tree: Mapping[str, Any], where: _Where, source: str = "") ->
                         where.at("launch")),
         source=source,
         streams=streams,
+        launch_per_unit_ps=per_unit,
+        launch_level=launch_level,
     )
+
+
+def _launch_per_unit(value: object, levels: Sequence[Level], clock_hz: int, where: _Where
+                     ) -> tuple[str | None, int]:
+    """`launch_per_unit = { level, time }`: a launch costs `time` more per unit of `level`
+    it runs on (UPMEM: per DPU launched)."""
+    if value is None:
+        return None, 0
+    table = _table(value, where)
+    _check_keys(table, _LAUNCH_PER_UNIT_KEYS, _LAUNCH_PER_UNIT_KEYS, where)
+    names = [level.name for level in levels]
+    index = _level_ref(table["level"], names, where.at("level"))
+    if index == 0:
+        raise where.at("level").error("expected a level below the root (the root has one unit)")
+    return names[index], _unit(lambda v: parse_time(v, clock_hz), table["time"], where.at("time"))
 
 
 def _streams(value: object, memories: Sequence[Memory], where: _Where) -> bool:

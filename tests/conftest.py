@@ -50,6 +50,11 @@ SMALL_UPMEM = ("rank.count=1..2", "dpu.count=1..4", "tasklet.count=1..4")
 TWO_CORES = ("core.count=1..2",)
 
 
+# The UPMEM model before issue 13's measured numbers (double-buffered WRAM, host transfers
+# per row and DPU): the tests of the machinery it exercised (double buffering, prefetch in
+# the emitted C, printed nests) keep using it; the built-in upmem is the measured model.
+UPMEM_PRIOR = str(Path(__file__).parent / "data" / "upmem_prior.toml")
+
 @dataclass(frozen=True)
 class Case:
     """A workload (built-in name, or `.syn` text) on a hardware model, with overrides."""

@@ -12,7 +12,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import Case, build, check_capacity_boundary, optimal_program, optimum
+from conftest import UPMEM_PRIOR, Case, build, check_capacity_boundary, optimal_program, optimum
 
 from synth import pipeline
 from synth.constraints import cpsat
@@ -39,8 +39,8 @@ from synth.ir.verify import buffer_bytes, verify
 from synth.pipeline import encode, validate
 from synth.reference import evaluate, make_inputs
 
-SOFTMAX = Case.of("softmax", "upmem", {"N": 4096})
-VA = Case.of("va", "upmem", {"N": 4096})
+SOFTMAX = Case.of("softmax", UPMEM_PRIOR, {"N": 4096})
+VA = Case.of("va", UPMEM_PRIOR, {"N": 4096})
 
 
 def buffered(program: Program) -> list[str]:
@@ -73,7 +73,7 @@ def test_double_buffering_lowers_the_cost() -> None:
 
 def test_capacity_forbids_double_buffering() -> None:
     # three 8-byte tiles per tasklet fit (24 B); doubled they do not (48 B)
-    hw = load_hardware("upmem", ("wram.capacity=2088B", "wram.reserved=2048B"))
+    hw = load_hardware(UPMEM_PRIOR, ("wram.capacity=2088B", "wram.reserved=2048B"))
     built = build(VA)
     model = encode(built.workload, hw)
     result = cpsat.solve(model.constraints, 60.0)
@@ -99,7 +99,7 @@ def test_capacity_is_byte_exact_with_double_buffering(case: Case) -> None:
                             case.overrides)
 
 
-@pytest.mark.parametrize("case", [SOFTMAX, VA, Case.of("mv", "upmem", {"M": 64, "N": 256})],
+@pytest.mark.parametrize("case", [SOFTMAX, VA, Case.of("mv", UPMEM_PRIOR, {"M": 64, "N": 256})],
                          ids=lambda c: c.id)
 def test_forced_double_buffering_validates_and_proves(case: Case) -> None:
     built = build(case)
@@ -176,7 +176,7 @@ needs_cc = pytest.mark.skipif(shutil.which("cc") is None or shutil.which("make")
 
 
 def emit_va(out: Path, fixes: tuple[str, ...], drops: tuple[str, ...] = ()) -> None:
-    request = pipeline.Request("va", "upmem", {"N": 65536}, fixes=fixes, drops=drops,
+    request = pipeline.Request("va", UPMEM_PRIOR, {"N": 65536}, fixes=fixes, drops=drops,
                                validate=False)
     outcome = pipeline.run(request)
     assert outcome.program is not None, outcome.result.status

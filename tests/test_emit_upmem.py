@@ -20,7 +20,7 @@ from typing import NamedTuple
 
 import numpy as np
 import pytest
-from conftest import SMALL_UPMEM
+from conftest import SMALL_UPMEM, UPMEM_PRIOR
 from hypothesis import HealthCheck, assume, given, settings
 from strategies import GeneratedWorkload, workloads
 
@@ -82,7 +82,7 @@ def assert_passes(result: CheckResult) -> None:
 
 @pytest.fixture(scope="module")
 def softmax(tmp_path_factory: pytest.TempPathFactory) -> Emission:
-    return emitted(pipeline.Request("softmax", "upmem", {"N": 999}),
+    return emitted(pipeline.Request("softmax", UPMEM_PRIOR, {"N": 999}),
                    tmp_path_factory.mktemp("softmax"))
 
 
@@ -128,7 +128,7 @@ def test_partial_results_of_tasklets_are_combined(tmp_path: Path, on_device: int
                                               ("mv", {"M": 64, "N": 96}, "y", "T.y.j=4")):
         out = tmp_path / workload
         # single buffered: double buffering pays for MRAM steps, and barriers between them
-        emitted(pipeline.Request(workload, "upmem", sizes, fixes=(
+        emitted(pipeline.Request(workload, UPMEM_PRIOR, sizes, fixes=(
             f"combine.{kernel}.tasklet={on_device}", tasklets, f"buffers.{kernel}.wram=1")),
             out)
         dpu = (out / f"dpu_{kernel}.c").read_text()
@@ -465,7 +465,7 @@ def alternate(offsets: list[int]) -> bool:
 def test_double_buffered_loads_go_one_step_ahead(tmp_path: Path, n: int) -> None:
     """c = a + b in 4 steps per tasklet: tile i + 1 of a and b is loaded, into the other
     half, before tile i is computed and stored, and the outputs are still right."""
-    emitted(pipeline.Request("va", "upmem", {"N": n}, hw_overrides=ONE_DPU, fixes=(
+    emitted(pipeline.Request("va", UPMEM_PRIOR, {"N": n}, hw_overrides=ONE_DPU, fixes=(
         "buffers.c.wram=2", "T.c.i=2", "M.c.i=4")), tmp_path)
     assert_passes(check_upmem(tmp_path))
     dpu = (tmp_path / "dpu_c.c").read_text()
@@ -491,7 +491,7 @@ def test_double_buffered_loads_go_one_step_ahead(tmp_path: Path, n: int) -> None
 def test_an_accumulator_is_loaded_in_place(tmp_path: Path) -> None:
     """s += x with the tasklets' partial sums in MRAM: the partial sum the next step
     reads is the one this step writes, so it is not prefetched (x still is)."""
-    emitted(pipeline.Request("red", "upmem", {"N": 128}, hw_overrides=ONE_DPU, fixes=(
+    emitted(pipeline.Request("red", UPMEM_PRIOR, {"N": 128}, hw_overrides=ONE_DPU, fixes=(
         "buffers.s.wram=2", "combine.s.tasklet=0", "T.s.i=2", "M.s.i=4")), tmp_path)
     assert_passes(check_upmem(tmp_path))
     for events in dma_trace(tmp_path).values():
@@ -509,7 +509,7 @@ def test_prefetching_an_accumulator_would_fail_the_check(tmp_path: Path,
     """The rule above matters, and the check sees it: loading the partial sum one step
     ahead reads it before this step's store, and the sum comes out wrong."""
     monkeypatch.setattr(upmem, "written_buffers", lambda nodes: set())
-    emitted(pipeline.Request("red", "upmem", {"N": 128}, hw_overrides=ONE_DPU, fixes=(
+    emitted(pipeline.Request("red", UPMEM_PRIOR, {"N": 128}, hw_overrides=ONE_DPU, fixes=(
         "buffers.s.wram=2", "combine.s.tasklet=0", "T.s.i=2", "M.s.i=4")), tmp_path)
     assert (tmp_path / "dpu_s.c").read_text().count("prefetch:") == 2
     result = check_upmem(tmp_path)
@@ -543,7 +543,7 @@ def test_random_workloads_pass_double_buffered(tmp_path: Path,
 
 def test_without_a_loop_a_double_buffer_is_one_tile(tmp_path: Path) -> None:
     """One step per tasklet: nothing to prefetch; the tile uses its first half."""
-    emitted(pipeline.Request("va", "upmem", {"N": 64}, hw_overrides=ONE_DPU, fixes=(
+    emitted(pipeline.Request("va", UPMEM_PRIOR, {"N": 64}, hw_overrides=ONE_DPU, fixes=(
         "buffers.c.wram=2", "T.c.i=2", "M.c.i=1")), tmp_path)
     dpu = (tmp_path / "dpu_c.c").read_text()
     assert "prefetch:" not in dpu and "= a_wram[tasklet];" in dpu

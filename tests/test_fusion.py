@@ -8,7 +8,7 @@ import json
 from collections.abc import Callable
 
 import pytest
-from conftest import SMALL_UPMEM, TWO_CORES, Built, Case, build, optimum, sample
+from conftest import SMALL_UPMEM, TWO_CORES, UPMEM_PRIOR, Built, Case, build, optimum, sample
 from typer.testing import CliRunner
 
 from synth.cli import app
@@ -79,7 +79,7 @@ def test_the_cli_refuses_an_illegal_fusion_in_the_users_terms() -> None:
 
 # ---------------------------------------------------------------- fused schedules run
 
-FA6 = Case.of("fa6", "upmem", {"S": 16, "D": 8}, SMALL_UPMEM)
+FA6 = Case.of("fa6", UPMEM_PRIOR, {"S": 16, "D": 8}, SMALL_UPMEM)
 SOFTMAX = Case.of("softmax", "upmem", {"N": 64}, SMALL_UPMEM)
 
 

@@ -130,8 +130,17 @@ def test_upmem_memories() -> None:
     assert wram.symbol == "Q"
     mram = hw.memory("mram")
     assert mram.capacity == 64 * 2**20
-    assert (mram.level, mram.instance_level, mram.shared_by) == ("dpu", "dpu", "rank")
-    assert mram.ps_per_byte == 150  # 6.68 GB/s = 149.7 ps/B
+    assert (mram.level, mram.instance_level) == ("dpu", "dpu")
+    push = mram.push  # host <-> MRAM as dpu_push_xfer, one per tensor per rank (issue 13)
+    assert push is not None and push.level == "rank"
+    for way in (push.into, push.out):  # one DPU alone is slower than a rank's share
+        assert way.one_ps_per_byte > 5 * way.full_ps_per_byte
+    assert push.out.one_ps_per_byte > push.into.one_ps_per_byte  # DPU->CPU is slower
+    assert push.out.per_unit_ps > 0
+    # the host caps the ranks together: below two ranks' full rate, above one's
+    assert push.into.full_ps_per_byte / 2 < push.cap_ps_per_byte < push.into.full_ps_per_byte
+    assert wram.store_latency_ps < wram.latency_ps  # mram_write alpha 61 < mram_read 77
+    assert wram.blocking  # mram_read blocks the tasklet
     assert mram.rules.max_bytes is None and mram.rules.align == 8
     assert hw.root_memory.latency_ps == 0 and hw.root_memory.ps_per_byte == 0
 
@@ -141,7 +150,10 @@ def test_upmem_compute() -> None:
     assert hw.compute.clock_hz == 350_000_000
     assert hw.compute.cycle_ps == 2857
     assert hw.host.clock_hz > hw.compute.clock_hz
-    assert hw.launch_ps == 20_000_000
+    assert hw.launch_ps == 47_000_000 and hw.launch_level == "dpu"  # measured dpu_launch
+    assert 0 < hw.launch_per_unit_ps * 64 < hw.launch_ps
+    tasklet = hw.level("tasklet")
+    assert tasklet.barrier_per_unit_ps * 16 > tasklet.barrier_per_unit_ps * 1 > 0
     assert set(hw.compute.cycles) == set(DTYPES) == set(hw.host.cycles)
     for table in (*hw.compute.cycles.values(), *hw.host.cycles.values()):
         assert set(table) == set(OP_CLASSES)
@@ -626,3 +638,51 @@ def test_override_into_a_non_table(tmp_path: Path) -> None:
 def test_override_malformed() -> None:
     with pytest.raises(InputError, match="KEY=VALUE"):
         load_hardware("upmem", ["wram.capacity"])
+
+
+# ---------------------------------------------------------------- issue 13: new keys
+
+_PUSH_MODEL = (Path(__file__).parent / "data" / "pushy.toml").read_text()
+
+
+def test_push_and_blocking_keys(tmp_path: Path) -> None:
+    path = tmp_path / "pushy.toml"
+    path.write_text(_PUSH_MODEL)
+    hw = load_hardware(str(path))
+    bank, local = hw.memory("bank"), hw.memory("local")
+    assert bank.push is not None and bank.push.level == "group"
+    assert bank.push.into.one_ps_per_byte == 1000 and bank.push.into.full_ps_per_byte == 125
+    assert bank.push.out.full_ps_per_byte == bank.push.out.one_ps_per_byte == 2000  # default
+    assert (bank.push.out.latency_ps, bank.push.out.per_unit_ps) == (10**6, 2 * 10**6)
+    assert bank.push.cap_ps_per_byte == 250 and bank.latency_ps == 0  # no latency needed
+    assert (local.latency_ps, local.store_latency_ps, local.issue_ps) == (10_000, 6000, 3000)
+    assert local.blocking and not bank.blocking
+    assert (hw.launch_level, hw.launch_per_unit_ps) == ("unit", 100_000)
+    assert hw.level("unit").barrier_per_unit_ps == 10**6
+    over = load_hardware(str(path), ["bank.push.in.full=2GB/s", "local.issue=5cycles",
+                                     "launch_per_unit.time=1us", "unit.barrier_per_unit=0"])
+    assert over.memory("bank").push.into.full_ps_per_byte == 500  # type: ignore[union-attr]
+    assert over.memory("local").issue_ps == 5000 and over.launch_per_unit_ps == 10**6
+    assert over.level("unit").barrier_per_unit_ps == 0
+
+
+@pytest.mark.parametrize(("old", "new", "messages"), [
+    ('full = "8GB/s"', 'full = "0.5GB/s"', ["push: in: full:", "at least one's"]),
+    ('level = "group", cap', 'level = "host", cap', ["push: level:", "below the root"]),
+    ('level = "group", cap', 'level = "nowhere", cap', ["push: level:", "unknown level"]),
+    ('per_unit = "2us"', 'per_units = "2us"', ["push: out: unknown key 'per_units'"]),
+    ('in = { one', 'inn = { one', ["push: unknown key 'inn'"]),
+    ('blocking = true', 'blocking = "yes"', ["memory 'local': blocking: expected true or false"]),
+    ('level = "unit", time', 'level = "host", time', ["launch_per_unit: level:", "below the root"]),
+    ('symbol = "L"\n', 'symbol = "L"\npush = { level = "unit", in = { one = "1GB/s" }, '
+     'out = { one = "1GB/s" } }\n', ["memory 'local': push:", "only the memory after it"]),
+])
+def test_push_and_blocking_errors(tmp_path: Path, old: str, new: str,
+                                  messages: list[str]) -> None:
+    assert old in _PUSH_MODEL
+    path = tmp_path / "bad.toml"
+    path.write_text(_PUSH_MODEL.replace(old, new, 1))
+    with pytest.raises(InputError) as info:
+        load_hardware(str(path))
+    for message in messages:
+        assert message in str(info.value)

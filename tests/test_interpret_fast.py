@@ -14,7 +14,16 @@ from collections.abc import Mapping
 
 import numpy as np
 import pytest
-from conftest import SMALL_UPMEM, TWO_CORES, Case, build, optimal_program, rewrite, sample
+from conftest import (
+    SMALL_UPMEM,
+    TWO_CORES,
+    UPMEM_PRIOR,
+    Case,
+    build,
+    optimal_program,
+    rewrite,
+    sample,
+)
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from strategies import GeneratedWorkload, workloads
@@ -131,14 +140,14 @@ def test_batched_equals_step_by_step_on_random_workloads(generated: GeneratedWor
 # take seconds to draw, so those that test_ir draws anyway (cached) and a few others
 SMALL = [
     (Case.of("softmax", "cpu", {"N": 4096}, TWO_CORES), (1, 2, 3)),
-    (Case.of("softmax", "upmem", {"N": 4096}), (1, 2, 3)),
-    (Case.of("red", "upmem", {"N": 65536}), (1, 2, 3)),
+    (Case.of("softmax", UPMEM_PRIOR, {"N": 4096}), (1, 2, 3)),
+    (Case.of("red", UPMEM_PRIOR, {"N": 65536}), (1, 2, 3)),
     (Case.of("red", "cpu", {"N": 6007}, TWO_CORES), (1, 2, 3)),  # prime: ragged tiles
     (Case.of("matmul", "cpu", {"M": 64, "N": 32, "K": 128}), (1, 2, 3)),
-    (Case.of("mv", "upmem", {"M": 64, "N": 128}), (1, 2, 3)),
-    (Case.of("matmul", "upmem", {"M": 64, "N": 32, "K": 128}), ()),
+    (Case.of("mv", UPMEM_PRIOR, {"M": 64, "N": 128}), (1, 2, 3)),
+    (Case.of("matmul", UPMEM_PRIOR, {"M": 64, "N": 32, "K": 128}), ()),
     (Case.of("gemm2k", "cpu", {"M": 32, "N": 32, "K": 64}, TWO_CORES), ()),
-    (Case.of("attention", "upmem", {"S": 32, "D": 16}), ()),
+    (Case.of("attention", UPMEM_PRIOR, {"S": 32, "D": 16}), ()),
     (Case.of("attention", "cpu", {"S": 32, "D": 16}), ()),
 ]
 

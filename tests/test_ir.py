@@ -14,6 +14,7 @@ import pytest
 from conftest import (
     SMALL_UPMEM,
     TWO_CORES,
+    UPMEM_PRIOR,
     Case,
     Rewrite,
     build,
@@ -58,8 +59,8 @@ from synth.ir.verify import verify
 from synth.lang import list_builtin_workloads, parse_workload
 from synth.reference import make_inputs
 
-SOFTMAX = Case.of("softmax", "upmem", {"N": 4096})
-RED = Case.of("red", "upmem", {"N": 65536})
+SOFTMAX = Case.of("softmax", UPMEM_PRIOR, {"N": 4096})
+RED = Case.of("red", UPMEM_PRIOR, {"N": 65536})
 
 
 def run_interpreter(case: Case, program: Program) -> dict[str, np.ndarray]:

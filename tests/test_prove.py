@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import Rewrite, rewrite
+from conftest import UPMEM_PRIOR, Rewrite, rewrite
 
 from synth import pipeline
 from synth.errors import InputError, IRError
@@ -368,7 +368,7 @@ RANGE_CASES = {
     "va/upmem": ("va", "upmem", (("N", (1000, 20000, 7)),), (), ()),
     # single buffered, 1024-element WRAM tiles: one copy per host iteration overflows WRAM
     # past some N (the tile is fixed: which one the model prefers is not this case's point)
-    "va/upmem host loop": ("va", "upmem", (("N", (1024, 65536, 1024)),), (), HOST_LOOP,
+    "va/upmem host loop": ("va", UPMEM_PRIOR, (("N", (1024, 65536, 1024)),), (), HOST_LOOP,
                            ("buffers.c.wram=1", "Q.c.i=1024")),
     "mv/cpu": ("mv", "cpu", (("N", (64, 512, 64)),), (("M", 32),), ()),
     "mv/cpu two ranges": ("mv", "cpu", (("M", (8, 64, 8)), ("N", (16, 128, 16))), (), ()),

@@ -200,7 +200,7 @@ def test_errors_of_the_file_stay_the_files(tmp_path: Path) -> None:
         load_hardware(str(bad), ["wram.capacity=32KiB"])
     assert str(info.value).startswith(f"hardware {bad}: memory 'wram': symbol: 'fuse'")
     huge = tmp_path / "huge.toml"
-    huge.write_text(text.replace('launch = "20us"', "launch = " + "9" * 5000))
+    huge.write_text(text.replace('launch = "47us"', "launch = " + "9" * 5000))
     with pytest.raises(InputError, match="invalid TOML"):
         load_hardware(str(huge))
 

@@ -285,7 +285,8 @@ def build_model(workload: Workload, hw: Hardware, kernels: Sequence[KernelSpec],
         own = (tiling_constraints(kt) + capacity_constraints(kt, workload)
                + transfer_rule_constraints(kt, workload) + completion_constraints(kt)
                + single_writer_constraints(kt) + intrinsic_constraints(kt)
-               + implied_compute_bounds(kt) + tiled_constraints(kt, workload, domains))
+               + implied_compute_bounds(kt) + tiled_constraints(kt, workload, domains)
+               + blocking_bounds(kt, workload) + combine_symmetry(kt))
         constraints += [when_chosen(chosen[kt.kernel.name], c) for c in own]
     definitions, count_constraints = unit_counts(terms, hw, chosen)
     constraints += count_constraints
@@ -377,9 +378,8 @@ def with_buffer_choices(kt: KernelTerms, domains: dict[str, tuple[int, ...]]
         steps = [kt.f(lp.dim, lp.slot) for lp in loops.fixed + loops.optional]
         if mem.overlap:  # the hardware overlaps its transfers already (caches)
             continue
-        if (_parent_slot(kt, slot) == root and not kt.hw.streams) or not kt.moving() or all(
-                s == ex.ONE
-                                                                   for s in steps):
+        if ((_parent_slot(kt, slot) == root and not kt.hw.streams) or not kt.moving()
+                or mem.blocking or all(s == ex.ONE for s in steps)):
             continue
         name = buffers_decision(kt.kernel.name, mem.name)
         domains[name] = (1, 2)
@@ -633,11 +633,18 @@ def kernel_cost(kt: KernelTerms, workload: Workload) -> dict[str, ex.Int]:
     overlapping: dict[str, ex.Int] = {}
     for slot, mem in _memory_slots(kt):
         parent = kt.hw.memories[kt.hw.memories.index(mem) - 1]
+        if mem.push is not None:
+            from synth.constraints.transfers import push_costs  # builds on this module
+            parts.update(push_costs(kt, workload, mem, slot))
+            continue
         transfer = transfer_cost(kt, workload, mem, slot)
         buffers = kt.buffered.get(slot)
         if buffers is not None:
             transfer = ex.select(ex.Cmp(buffers, "==", ex.const(2)), overlapped_transfer(
                 transfer, compute, first_transfer_cost(kt, workload, mem, slot)), transfer)
+        elif _blocking(kt, slot):
+            from synth.constraints.transfers import blocking_time  # builds on this module
+            transfer = ex.add(blocking_time(kt, workload, compute), ex.mul(-1, compute))
         key = f"transfer:{parent.name}->{mem.name}"
         if mem.overlap:
             overlapping[key] = transfer
@@ -651,12 +658,13 @@ def launch_cost(kt: KernelTerms) -> ex.Int:
     """A fixed cost per start of the kernel: once per iteration of the loops outside its
     units (the root memory's, and those of other memories at the root's level: on a CPU
     each of their iterations starts a parallel region), or once when the units stream
-    from the root memory themselves (`hw.streams`)."""
+    from the root memory themselves (`hw.streams`). A start may cost more per unit it
+    runs on (`launch_once`)."""
     forks = fork_cost(kt)
+    once = launch_once(kt)
     if kt.hw.streams:
-        return ex.add(ex.const(kt.hw.launch_ps), forks)
-    return ex.add(ex.mul(kt.hw.launch_ps, *(kt.f(d, _root_slot(kt)) for d in kt.kernel.dims)),
-                  forks)
+        return ex.add(once, forks)
+    return ex.add(ex.mul(once, *(kt.f(d, _root_slot(kt)) for d in kt.kernel.dims)), forks)
 
 
 def fork_cost(kt: KernelTerms) -> ex.Int:
@@ -674,11 +682,29 @@ def fork_cost(kt: KernelTerms) -> ex.Int:
     return ex.add(*total)
 
 
+def launch_once(kt: KernelTerms) -> ex.Int:
+    """One start of the kernel: the fixed cost, plus `launch_per_unit` per unit of its
+    level the kernel runs on (UPMEM: per DPU launched, R x D)."""
+    if kt.hw.launch_level is None or not kt.hw.launch_per_unit_ps:
+        return ex.const(kt.hw.launch_ps)
+    launched = ex.mul(*(kt.units(s) for s in kt.spatial_between(
+        0, kt.hw.level_index(kt.hw.launch_level))))
+    return ex.add(kt.hw.launch_ps, ex.mul(kt.hw.launch_per_unit_ps, launched))
+
+
 def kernel_objective(kt: KernelTerms, workload: Workload, parts: Mapping[str, ex.Int]
                      ) -> ex.Int:
     """The sum of the kernel's cost `parts`, written so the solver bounds it well: with
     one double-buffered memory, compute + its exposed transfer is
     max(transfer, compute) + first (the compute cancels), which is what this writes."""
+    blocking = [slot for slot, _ in _memory_slots(kt) if _blocking(kt, slot)]
+    if blocking:  # compute + its exposed transfers is the blocking time: compute cancels
+        from synth.constraints.transfers import blocking_time  # builds on this module
+        mem = kt.hw.memory(kt.slots[blocking[0]].name)
+        parent = kt.hw.memories[kt.hw.memories.index(mem) - 1]
+        key = f"transfer:{parent.name}->{mem.name}"
+        return ex.add(*(term for part, term in parts.items() if part not in ("compute", key)),
+                      blocking_time(kt, workload, parts["compute"]))
     overlapping = {f"transfer:{kt.hw.memories[kt.hw.memories.index(mem) - 1].name}->"
                    f"{mem.name}": transfer_cost(kt, workload, mem, slot)
                    for slot, mem in _memory_slots(kt) if mem.overlap}
@@ -699,6 +725,11 @@ def kernel_objective(kt: KernelTerms, workload: Workload, parts: Mapping[str, ex
                      ex.add(ex.maximum(transfer, compute), first), ex.add(compute, transfer))
     return ex.add(*(term for part, term in parts.items() if part not in ("compute", key)),
                   both)
+
+
+def _blocking(kt: KernelTerms, slot: int) -> bool:
+    """The innermost memory, when its units wait for their own transfers (UPMEM WRAM)."""
+    return slot == len(kt.slots) - 1 and kt.hw.memory(kt.slots[slot].name).blocking
 
 
 def overlapped_transfer(transfer: ex.Int, compute: ex.Int, first: ex.Int) -> ex.Int:
@@ -729,10 +760,10 @@ def first_transfer_cost(kt: KernelTerms, workload: Workload, mem: Memory, slot: 
         itemsize = workload.tensors[use.tensor].dtype.itemsize
         run = run_terms(kt, use, mem, slot, itemsize)
         rows = ex.mul(kt.partials(slot, use), *(kt.tile(d, slot) for d in use.indices[:-1]))
-        once = ex.add(ex.mul(mem.latency_ps, rows, run.chunks),
-                      ex.mul(mem.ps_per_byte, buffer_bytes(kt, use, mem, slot, itemsize)))
-        total.append(ex.select(exchanged_on_device(kt, use, slot), 0,
-                               ex.scale(once, int(use.read) + int(use.written))))
+        once = ex.add(ex.mul(_latency_ps(mem, use), rows, run.chunks),
+                      ex.mul(mem.ps_per_byte * (int(use.read) + int(use.written)),
+                             buffer_bytes(kt, use, mem, slot, itemsize)))
+        total.append(ex.select(exchanged_on_device(kt, use, slot), 0, once))
     return ex.scale(ex.add(*total), serial)
 
 
@@ -872,6 +903,27 @@ def tile_points(kt: KernelTerms, use: TensorUse, dims: Sequence[str]) -> ex.Int:
                                else kt.dim_product(d, counted[d]) for d in kt.kernel.dims))
 
 
+def combine_symmetry(kt: KernelTerms) -> list[NamedConstraint]:
+    """Redundant: a combine on the device is chosen only where several units hold shares
+    of a reduced dimension (one unit alone has nothing to combine, and both values of
+    the decision are then the same schedule, which the solver would prove twice)."""
+    out = []
+    for slot, on_device in kt.combined.items():
+        several = ex.greater_than_one(kt.units(slot, kt.kernel.reduced))
+        if isinstance(several, bool):
+            continue
+        out.append(NamedConstraint(
+            "implied", f"kernel {kt.kernel.name}: combines on the device only what several "
+            f"{kt.slots[slot].name} units share", ex.AnyOf((ex.Cmp(on_device, "==", ex.ZERO),
+                                                           several))))
+    return out
+
+
+def blocking_bounds(kt: KernelTerms, workload: Workload) -> list[NamedConstraint]:
+    from synth.constraints import transfers  # builds on this module
+    return transfers.blocking_bounds(kt, workload)
+
+
 def implied_compute_bounds(kt: KernelTerms) -> list[NamedConstraint]:
     """Redundant: a shared pipeline issues at most one instruction per cycle, so compute
     takes at least the points of all units sharing it. True of every schedule (it follows
@@ -980,8 +1032,14 @@ def tensor_transfer_cost(kt: KernelTerms, use: TensorUse, mem: Memory, slot: int
     directions = int(use.read) + int(use.written)
     per_byte = (mem.ps_per_byte * directions if not use.written or not mem.store_ps_per_byte
                 else mem.ps_per_byte * int(use.read) + mem.store_ps_per_byte)
-    return ex.add(ex.mul(mem.latency_ps * directions, operations),
+    return ex.add(ex.mul(_latency_ps(mem, use), operations),
                   ex.scale(moved, per_byte, common))
+
+
+def _latency_ps(mem: Memory, use: TensorUse) -> int:
+    """The fixed costs of moving `use`'s tile once each way it moves: in (read) at the
+    memory's `latency`, out (written) at its write latency."""
+    return mem.latency_ps * int(use.read) + mem.store_latency_ps * int(use.written)
 
 
 def combine_cost(kt: KernelTerms, workload: Workload) -> ex.Int:
@@ -1080,11 +1138,19 @@ def device_combine_cost(kt: KernelTerms, workload: Workload) -> ex.Int:
             units = kt.units(slot, reduced)
             elements = ex.mul(*(kt.tile(d, parent) for d in use.indices))
             op_ps = kt.hw.compute.point_ps(Counter({stmt.op.op_class: 1}), stmt.dtype)
-            once = ex.add(level.barrier_ps, ex.mul(level.issue_share * op_ps, units, elements))
+            once = ex.add(barrier_cost(kt, slot),
+                          ex.mul(level.issue_share * op_ps, units, elements))
             times = transfer_count(kt, use, parent) if parent > 0 else ex.ONE
             total.append(ex.select(combines_on_device(kt, slot, reduced),
                                    ex.mul(once, times), 0))
     return ex.add(*total)
+
+
+def barrier_cost(kt: KernelTerms, slot: int) -> ex.Int:
+    """One barrier of the units of spatial `slot`: the level's fixed cost plus its cost
+    per unit meeting (UPMEM tasklets: measured 0.37 us at 1, 8.1 us at 16)."""
+    level = kt.hw.levels[kt.slots[slot].level_index]
+    return ex.add(level.barrier_ps, ex.mul(level.barrier_per_unit_ps, kt.units(slot)))
 
 
 def device_combine_capacity(kt: KernelTerms, workload: Workload, mem: Memory

@@ -1,0 +1,182 @@
+"""Transfers priced beyond one latency and one bandwidth per memory (docs/hardware.md):
+
+- host transfers as parallel pushes (a memory's `push` table, `hardware.Push`): one
+  transfer per tensor per group of instances (UPMEM's `dpu_push_xfer`: one per tensor
+  per rank, equal sizes per DPU), each direction its own part of the breakdown;
+- blocking transfers (a memory's `blocking = true`): a unit waits for its own transfers
+  into the innermost memory, and only other units' work hides them (UPMEM's `mram_read`).
+
+Built on `cost`'s terms; `cost.kernel_cost` and `cost.kernel_objective` call in here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+from synth.constraints import expr as ex
+from synth.constraints.cost import (
+    KernelTerms,
+    _blocking,
+    _latency_ps,
+    _memory_slots,
+    _shared_pipelines,
+    compute_cost,
+    exchanged_on_device,
+    run_terms,
+    tensor_transfer_cost,
+    transfer_cost,
+    transfer_count,
+    transfer_loops,
+)
+from synth.constraints.space import NamedConstraint, TensorUse
+from synth.hardware import Memory
+from synth.workload import Workload
+
+
+def push_costs(kt: KernelTerms, workload: Workload, mem: Memory, slot: int
+               ) -> dict[str, ex.Int]:
+    """Host transfers as parallel pushes (`mem.push`, UPMEM's `dpu_push_xfer`), one part
+    per direction (`transfer:host->mram`, `transfer:mram->host`).
+
+    Each time a tensor's tile moves, one push per unit of the push level (a rank) moves
+    the tiles of all its instances (DPUs) at once: latency + per_unit x instances +
+    tile x (one - full) + tile x instances x full, i.e. one instance's rate alone and
+    nearly the full rate for many. The push level's units push concurrently, together at
+    most at the cap: the bytes part takes at least all their bytes x cap. Bytes are
+    written per dimension as products of its factors (`pushed_bytes`), so the solver
+    sees that all ranks together move the whole tensor."""
+    push = mem.push
+    assert push is not None
+    parent = kt.hw.memories[kt.hw.memories.index(mem) - 1]
+    group = kt.hw.level_index(push.level)
+    groups = kt.spatial_between(0, group)
+    members = kt.spatial_between(group, kt.slots[slot].level_index)
+    instances = ex.mul(*(kt.units(s) for s in members))
+    into: list[ex.Int] = []
+    out: list[ex.Int] = []
+    for use in kt.moving():
+        itemsize = workload.tensors[use.tensor].dtype.itemsize
+        alone, rank, every = (pushed_bytes(kt, use, mem, slot, itemsize, spatial)
+                              for spatial in ([], members, groups + members))
+        for moved, way, acc in ((use.read, push.into, into), (use.written, push.out, out)):
+            if not moved:
+                continue
+            spread = ex.add(ex.mul(way.one_ps_per_byte - way.full_ps_per_byte, alone),
+                            ex.mul(way.full_ps_per_byte, rank))
+            if push.cap_ps_per_byte:
+                spread = ex.maximum(spread, ex.mul(push.cap_ps_per_byte, every))
+            fixed = ex.mul(transfer_count(kt, use, slot),
+                           ex.add(way.latency_ps, ex.mul(way.per_unit_ps, instances)))
+            acc.append(ex.select(exchanged_on_device(kt, use, slot), 0,
+                                 ex.add(fixed, spread)))
+    return {f"transfer:{parent.name}->{mem.name}": ex.add(*into),
+            f"transfer:{mem.name}->{parent.name}": ex.add(*out)}
+
+
+def pushed_bytes(kt: KernelTerms, use: TensorUse, mem: Memory, slot: int, itemsize: int,
+                 spatial: Sequence[int]) -> ex.Int:
+    """Bytes of `use`'s tiles moved between `mem` and its parent over the kernel by the
+    units of the `spatial` slots together (none: one instance), each run padded to the
+    memory's transfer multiple: per dimension one product of its factors (the loops
+    moving the tile, the tile's extent and the units), as `tensor_transfer_cost` writes
+    one unit's."""
+    counted, optional = transfer_loops(kt, use, slot)
+    inner = set(kt.inner(slot))
+    units = set(spatial)
+    common = ex.mul(kt.partials(slot, use), *optional,
+                    *(kt.dim_product(d, counted[d] | inner | units) for d in use.indices[:-1]),
+                    *(kt.dim_product(d, counted[d] | units) for d in kt.kernel.dims
+                      if d not in use.indices))
+    if not use.indices:
+        return ex.mul(common, run_terms(kt, use, mem, slot, itemsize).padded_bytes)
+    last = use.indices[-1]
+    run = run_terms(kt, use, mem, slot, itemsize)
+    moved = ex.add(ex.mul(itemsize, kt.dim_product(last, counted[last] | inner | units)),
+                   ex.mul(kt.dim_product(last, counted[last] | units), run.waste_bytes))
+    return ex.mul(common, moved)
+
+
+def blocking_time(kt: KernelTerms, workload: Workload, compute: ex.Int) -> ex.Int:
+    """Compute and the transfers into the innermost memory when each unit waits for its
+    own transfers (UPMEM: `mram_read` blocks the tasklet) and only other units' work
+    hides them:
+
+        max(compute + one unit's transfers, every unit's transfers) + issue
+
+    A unit's instructions run at its share of the pipeline (`compute`, which the
+    `issue_share` stretch prices), and it waits for its own transfers on top of them:
+    while it waits, the others' instructions fill the pipeline, so the others' transfers
+    hide. The engine serves every unit's transfers in turn, which bounds the time from
+    below too. One unit alone (T=1) pays compute + transfers. `issue`: the instructions
+    that issue each transfer (the memory's `issue`), on the pipeline; added outside the
+    max (a few cycles per transfer of hundreds where the engine is the bound)."""
+    slot, mem = _memory_slots(kt)[-1]
+    total = ex.maximum(ex.add(compute, unit_transfer_cost(kt, workload, mem, slot)),
+                       engine_cost(kt, workload, mem, slot))
+    if not mem.issue_ps:
+        return total
+    calls = dataclasses.replace(mem, latency_ps=mem.issue_ps, write_latency_ps=None,
+                                ps_per_byte=0)
+    # all units' calls on the full pipeline; one unit's at its issue share at least
+    alone = ex.mul(unit_transfer_cost(kt, workload, calls, slot), *_stretch(kt))
+    return ex.add(total, ex.maximum(alone, engine_cost(kt, workload, calls, slot)))
+
+
+def _stretch(kt: KernelTerms) -> list[ex.Int]:
+    """The issue share of each shared pipeline: what one unit's instructions take alone."""
+    return [ex.const(kt.hw.levels[kt.slots[i].level_index].issue_share)
+            for i in _shared_pipelines(kt)]
+
+
+def unit_transfer_cost(kt: KernelTerms, workload: Workload, mem: Memory, slot: int
+                       ) -> ex.Int:
+    """`transfer_cost` of one unit: its own transfers, not the others' it queues behind."""
+    return ex.add(*(ex.select(exchanged_on_device(kt, use, slot), 0, tensor_transfer_cost(
+        kt, use, mem, slot, workload.tensors[use.tensor].dtype.itemsize))
+        for use in kt.moving()))
+
+
+def engine_cost(kt: KernelTerms, workload: Workload, mem: Memory, slot: int) -> ex.Int:
+    """`transfer_cost` (every unit's transfers, in turn on their shared engine), written
+    per dimension as one product over the units too, as `pushed_bytes` does: the
+    solver then sees that all units together move the whole tensor, whatever the split."""
+    if kt.hw.compute.tiling.edge:
+        return transfer_cost(kt, workload, mem, slot)
+    serial = kt.spatial_between(kt.hw.level_index(mem.shared_by), kt.slots[slot].level_index)
+    units, inner = set(serial), set(kt.inner(slot))
+    total: list[ex.Int] = []
+    for use in kt.moving():
+        itemsize = workload.tensors[use.tensor].dtype.itemsize
+        counted, optional = transfer_loops(kt, use, slot)
+        run = run_terms(kt, use, mem, slot, itemsize)
+        common = ex.mul(kt.partials(slot, use), *optional,
+                        *(kt.dim_product(d, counted[d] | inner | units)
+                          for d in use.indices[:-1]),
+                        *(kt.dim_product(d, counted[d] | units) for d in kt.kernel.dims
+                          if d not in use.indices))
+        last = use.indices[-1] if use.indices else None
+        moves_last = kt.dim_product(last, counted[last] | units) if last else ex.ONE
+        operations = ex.mul(common, moves_last, run.chunks)
+        moved = pushed_bytes(kt, use, mem, slot, itemsize, serial)
+        time = ex.add(ex.mul(_latency_ps(mem, use), operations),
+                      ex.mul(mem.ps_per_byte * (int(use.read) + int(use.written)), moved))
+        total.append(ex.select(exchanged_on_device(kt, use, slot), 0, time))
+    return ex.add(*total)
+
+
+def blocking_bounds(kt: KernelTerms, workload: Workload) -> list[NamedConstraint]:
+    """Redundant: compute and the blocking transfers take at least the mean of the
+    pipeline's time and the engine's (a max is at least any mean of its arguments).
+    True of every schedule; the solver's bound then grows with both, where a max's
+    follows only the larger (mv on upmem: 17 s to prove optimal without it, 1 s with)."""
+    slots = [slot for slot, _ in _memory_slots(kt) if _blocking(kt, slot)]
+    if not slots:
+        return []
+    mem = kt.hw.memory(kt.slots[slots[0]].name)
+    compute = compute_cost(kt)
+    both = ex.add(compute, engine_cost(kt, workload, mem, slots[0]))
+    return [NamedConstraint(
+        "implied", f"kernel {kt.kernel.name}: compute and the {mem.name} transfers that "
+        "block it take at least their mean",
+        ex.Cmp(ex.mul(2, blocking_time(kt, workload, compute)), ">=", both))]
