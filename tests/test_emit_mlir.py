@@ -63,6 +63,11 @@ SIZES = {  # small and ragged where it is cheap: each solves in about a second
     "red": {"N": 1000},
     "softmax": {"N": 999},
     "va": {"N": 1000},
+    "rmsnorm": {"S": 6, "D": 10},
+    "layernorm": {"S": 6, "D": 10},
+    "swiglu": {"S": 4, "D": 6, "F": 10},
+    "mha": {"B": 2, "H": 2, "S": 6, "E": 4},
+    "transformer": {"S": 4, "D": 8, "H": 2, "E": 4, "F": 8},
 }
 GOLDEN = Path(__file__).parent / "golden" / "mlir"
 

@@ -10,7 +10,8 @@ from synth.errors import InputError, LocatedError
 from synth.lang import list_builtin_workloads, load_workload, parse_workload
 from synth.workload import Access, BinOp, Call, DType, Neg, Num, ReduceOp, Role, SizeRef
 
-BUILTINS = ["attention", "fa6", "gemm2k", "matmul", "mv", "red", "softmax", "va"]
+BUILTINS = ["attention", "fa6", "gemm2k", "layernorm", "matmul", "mha", "mv", "red",
+            "rmsnorm", "softmax", "swiglu", "transformer", "va"]
 
 # Four header lines shared by the error cases, so a case's first line is line 5.
 HEADER = "size N = 8\nsize M = 4\nin x : f32[N]\nin A : i32[M, N]\n"
@@ -130,7 +131,7 @@ def test_load_unknown_lists_builtins(tmp_path: Path) -> None:
             load_workload(ref)
         assert not isinstance(info.value, LocatedError)
         assert ref in str(info.value)
-        assert "attention, fa6, gemm2k, matmul, mv, red, softmax, va" in str(info.value)
+        assert ", ".join(BUILTINS) in str(info.value)
 
 
 def test_file_error_names_the_path(tmp_path: Path) -> None:

@@ -55,6 +55,11 @@ SIZES = {
     "red": {"N": 65536},
     "softmax": {"N": 65536},
     "va": {"N": 65536},
+    "rmsnorm": {"S": 24, "D": 40},
+    "layernorm": {"S": 24, "D": 40},
+    "swiglu": {"S": 16, "D": 24, "F": 40},
+    "mha": {"B": 2, "H": 3, "S": 16, "E": 8},
+    "transformer": {"S": 8, "D": 16, "H": 2, "E": 8, "F": 24},
 }
 
 RAGGED = 1000003  # prime: the last tiles run past the tensor and are masked

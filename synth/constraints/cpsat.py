@@ -276,7 +276,7 @@ def _solve(cset: ConstraintSet, time_limit_s: float, workers: int, cutoff: int |
             solve_by_parts(cover, limit, "cpsat",
                            lambda part, left, share: _solve_part(
                                part, left, workers, share, solved.bounds, presolve),
-                           solved, most)), cutoff)
+                           solved, most)), cutoff, partitioned=True, memo=solved.variables)
 
 
 @contextlib.contextmanager
@@ -318,7 +318,7 @@ def _solve_part(cset: ConstraintSet, time_limit_s: float, workers: int,
     solver = new_solver(time_limit_s, workers)
     solver.parameters.cp_model_presolve = presolve
     code = solver.solve(lowering.model)
-    return _result(solver, code, lowering, time.perf_counter() - start)
+    return result_of(solver, code, lowering, time.perf_counter() - start)
 
 
 def new_solver(time_limit_s: float, workers: int) -> cp_model.CpSolver:
@@ -358,7 +358,7 @@ def new_solver(time_limit_s: float, workers: int) -> cp_model.CpSolver:
     return solver
 
 
-def _result(solver: cp_model.CpSolver, code: cp_model.CpSolverStatus, lowering: Lowering,
+def result_of(solver: cp_model.CpSolver, code: cp_model.CpSolverStatus, lowering: Lowering,
             wall: float) -> SolveResult:
     stats = {"branches": solver.num_branches, "conflicts": solver.num_conflicts}
     if code in (cp_model.OPTIMAL, cp_model.FEASIBLE):

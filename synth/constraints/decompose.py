@@ -14,10 +14,15 @@ from collections.abc import Callable, Iterable
 
 from synth import progress
 from synth.constraints import expr as ex
+from synth.constraints import partition
 from synth.constraints.result import SolveResult, Status
 from synth.constraints.space import ConstraintSet, NamedConstraint, is_fusion_decision
+from synth.deadline import Deadline
 
 COVER = "fusion.cover"  # the group of the constraints that each statement runs once
+# Up to this many fusion covers, each is solved (`solve_by_covers`: exact, and fast with
+# cutoffs); beyond, each candidate kernel once and a set partition (`partition`)
+MAX_COVERS = 64
 
 
 def components(cset: ConstraintSet,
@@ -192,19 +197,23 @@ def solve_by_parts(cset: ConstraintSet, time_limit_s: float, solver: str,
 # ---------------------------------------------------------------- fusion covers
 
 
-def fusion_covers(cset: ConstraintSet) -> list[ConstraintSet]:
+def fusion_covers(cset: ConstraintSet, deadline: Deadline | None = None
+                  ) -> list[ConstraintSet]:
     """`cset` once per assignment of its fusion decisions that the constraints on them
     alone allow (each statement in exactly one kernel), with those decisions substituted:
     the kernels left out then have no constraints and no cost, and their factors drop
-    out of the enumeration (they take their smallest values)."""
+    out of the enumeration (they take their smallest values). Past `deadline`, the
+    covers found so far."""
     names = [n for n in cset.decisions if is_fusion_decision(n)]
     if not names:
         return [cset]
     flat = inline_definitions(cset)
     rewrite = _FusionRewriter(frozenset(names))
     terms = flat.objective.terms if isinstance(flat.objective, ex.Sum) else (flat.objective,)
-    covers = []
-    for values in _exact_covers(cset, names):
+    covers: list[ConstraintSet] = []
+    for values in _exact_covers(cset, names, deadline=deadline):
+        if deadline is not None and deadline.expired() and covers:
+            break
         chosen = dict(zip(names, values, strict=True))
         constraints = tuple(rewrite.constraint(c, chosen) for c in flat.constraints)
         if any(c.cond == ex.FALSE for c in constraints):
@@ -256,16 +265,22 @@ class _FusionRewriter:
         return self._constraints[key]
 
 
-def _exact_covers(cset: ConstraintSet, names: list[str]) -> list[tuple[int, ...]]:
+def _exact_covers(cset: ConstraintSet, names: list[str], limit: int | None = None,
+                  deadline: Deadline | None = None) -> list[tuple[int, ...]]:
     """The values of the fusion decisions `names` that pick exactly one kernel for every
     statement (each `fusion.cover` constraint says: exactly one of these is 1), found by
     backtracking over the statements: a 6-statement chain has 21 candidate kernels but
-    only 32 covers, so enumerating all 2^21 assignments is out of the question."""
+    only 32 covers, so enumerating all 2^21 assignments is out of the question. Their
+    number still grows exponentially: the search stops after `limit` + 1 covers, or at
+    `deadline` (with at least one)."""
     options = [frozenset(ex.variables(c.cond)) & set(names) for c in cset.constraints
                if c.group == COVER]
     found: list[tuple[int, ...]] = []
 
     def extend(picked: frozenset[str], excluded: frozenset[str]) -> None:
+        if (limit is not None and len(found) > limit) or (
+                deadline is not None and found and deadline.expired()):
+            return
         open_ = next((o for o in options if not o & picked), None)
         if open_ is None:
             found.append(tuple(int(n in picked) for n in names))
@@ -281,7 +296,9 @@ def _exact_covers(cset: ConstraintSet, names: list[str]) -> list[tuple[int, ...]
 
 def solve_by_covers(cset: ConstraintSet, time_limit_s: float, solver: str,
                     solve_fixed: Callable[[ConstraintSet, float, int | None], SolveResult],
-                    cutoff: int | None = None) -> SolveResult:
+                    cutoff: int | None = None, partitioned: bool = False,
+                    memo: dict[int, tuple[object, frozenset[str]]] | None = None
+                    ) -> SolveResult:
     """Minimise `cset` once per fusion cover (`fusion_covers`) and keep the best: a case
     split on the 0/1 fusion decisions for backends that search the tiling of each cover
     better alone. Covers with fewer kernels (more fusion) go first, and each later one is
@@ -289,9 +306,24 @@ def solve_by_covers(cset: ConstraintSet, time_limit_s: float, solver: str,
     means "not better"). Optimal when every cover was solved to optimality or proven
     infeasible (or not better); the bound is the least of the feasible covers' bounds.
     With `cutoff`, only totals of at most `cutoff` are of interest from the start
-    (INFEASIBLE: there is none)."""
+    (INFEASIBLE: there is none).
+
+    With `partitioned` (a backend that can solve the set-partitioning model, CP-SAT), a
+    problem with more than `MAX_COVERS` covers is solved by `partition.solve` instead
+    (each candidate kernel once), unless it is not separable. At the time limit the
+    cover loop stops with the best cover so far (FEASIBLE, bound 0: the covers not
+    tried may be better)."""
     start = time.perf_counter()
-    covers = fusion_covers(cset)
+    deadline = Deadline(time_limit_s)
+    names = [n for n in cset.decisions if is_fusion_decision(n)]
+    if partitioned and names and len(_exact_covers(cset, names, MAX_COVERS, deadline)
+                                     ) > MAX_COVERS:
+        found = partition.solve(cset, deadline, solver, solve_fixed, cutoff, memo)
+        if found is not None:
+            if found.objective is not None:
+                progress.best(found.objective)
+            return found
+    covers = fusion_covers(cset, deadline)
     if len(covers) == 1 and covers[0] is cset:
         return solve_fixed(cset, time_limit_s, cutoff)
     covers.sort(key=lambda c: sum(v == (1,) for n, v in c.decisions.items()
@@ -299,7 +331,11 @@ def solve_by_covers(cset: ConstraintSet, time_limit_s: float, solver: str,
     best: SolveResult | None = None
     best_cover = cset
     proven, bound, stats = True, None, {"covers": len(covers)}
-    for cover in covers:
+    for tried, cover in enumerate(covers):
+        if deadline.expired() and best is not None:
+            proven, bound = False, 0  # the covers not tried may do better
+            stats["covers_tried"] = tried
+            break
         remaining = max(0.01, time_limit_s - (time.perf_counter() - start))
         if best is not None and best.objective is not None:
             cutoff = best.objective - 1

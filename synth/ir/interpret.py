@@ -141,6 +141,10 @@ class Machine:
         self.plans = fold_plans(kernel, decls, self.workload, self.carried) \
             if self.batch else {}
         self.fitting = {}
+        # parallel loops around partial results or their combines: always on the grid
+        self.partial = {loop for decl in decls.values() for loop in decl.partial_loops} | {
+            loop.var.name for loop in _all_loops(kernel.body)
+            if any(isinstance(n, Combine) for n in walk(loop.body))}
 
     def run(self, nodes: tuple[Node, ...]) -> None:
         for node in nodes:
@@ -768,10 +772,13 @@ MAX_ELEMENTS = 1 << 24  # the largest array a grid axis may create; beyond, loop
 
 @handles(Loop)
 def run_loop(m: Machine, node: Loop) -> None:
-    """Parallel loops become grid axes; sequential loops too when their iterations are
-    independent or `fold_plan` batches them, and the arrays stay small; the rest iterate."""
+    """Parallel loops become grid axes (those partial results have an axis for always;
+    the others while the arrays stay small: a 130-core grid of 8-Mi-element tiles is 9 GB);
+    sequential loops too when their iterations are independent or `fold_plan` batches
+    them, and the arrays stay small; the rest iterate."""
     var = node.var
-    how = "grid" if var.kind is LoopKind.PARALLEL else m.how(node)
+    how = m.how(node) if var.kind is not LoopKind.PARALLEL else (
+        "grid" if var.name in m.partial or m.fits(node, None) else "iterate")
     if how == "iterate":
         for i in range(var.extent):
             m.env[var.name] = i
