@@ -35,9 +35,10 @@ from synth.constraints import cpsat, exhaustive, explain, greedy, user, z3backen
 from synth.constraints.cost import Model, build_model, evaluate_cost
 from synth.constraints.result import SolveResult, Status
 from synth.constraints.space import candidate_kernels
+from synth.deadline import Deadline
 from synth.emit import targets
 from synth.emit.targets import Emitted
-from synth.errors import InputError, IRError
+from synth.errors import InputError, IRError, SolveTimeout
 from synth.hardware import Hardware, Memory
 from synth.hwfile import load_hardware
 from synth.ir.interpret import interpret
@@ -172,20 +173,30 @@ def hardware(request: Request) -> Hardware:
 
 
 def encode(workload: Workload, hw: Hardware, constraints: Sequence[str] = (),
-           fixes: Sequence[str] = (), drops: Sequence[str] = ()) -> Model:
+           fixes: Sequence[str] = (), drops: Sequence[str] = (),
+           deadline: Deadline | None = None) -> Model:
     """The model, then the user's constraints and fixes added, then dropped groups removed
     (see `synth.constraints.user`). Unit counts the constraints and fixes name are
-    candidates of the model's spatial factors (`user.named_counts`)."""
-    kernels = candidate_kernels(workload)
+    candidates of the model's spatial factors (`user.named_counts`). Past `deadline`
+    (checked while listing candidates and after each build): `SolveTimeout`, exit 3."""
+    kernels = candidate_kernels(workload, deadline)
     model = build_model(workload, hw, kernels)
+    _check(deadline, "encoding")
     extra = user.user_constraints(model, constraints, fixes)
     named = user.named_counts(model, extra)
     if named:  # counts the request names (--fix T=11) become candidates: build again
         model = build_model(workload, hw, kernels, named=named)
+        _check(deadline, "encoding")
         extra = user.user_constraints(model, constraints, fixes)
     cset = dataclasses.replace(model.constraints,
                                constraints=model.constraints.constraints + tuple(extra))
     return dataclasses.replace(model, constraints=user.drop_groups(cset, drops))
+
+
+def _check(deadline: Deadline | None, doing: str) -> None:
+    if deadline is not None and deadline.expired():
+        raise SolveTimeout(f"the time limit of {deadline.seconds:g} s ran out while {doing}, "
+                           f"before any schedule was found")
 
 
 def what_if(hw: Hardware, drops: Sequence[str]) -> Hardware:
@@ -222,13 +233,15 @@ def explain_infeasible(model: Model) -> list[explain.Conflict]:
     return explain.explain(model.constraints, model.hw)
 
 
-def binding(model: Model, result: SolveResult, time_limit_s: float
-            ) -> list[explain.GroupStatus]:
-    """Each group at the solution: tight, and (when it is proven optimal) binding."""
+def binding(model: Model, result: SolveResult, time_limit_s: float,
+            deadline: Deadline | None = None) -> list[explain.GroupStatus]:
+    """Each group at the solution: tight, and (when it is proven optimal) binding; the
+    groups past `deadline` without a verdict."""
     assert result.env is not None and result.objective is not None
     optimal = result.status is Status.OPTIMAL
     return explain.binding(model.constraints, result.env, result.objective,
-                           min(time_limit_s, explain.RESOLVE_LIMIT_S), resolve=optimal)
+                           min(time_limit_s, explain.RESOLVE_LIMIT_S), resolve=optimal,
+                           deadline=deadline)
 
 
 def validate(program: Program, workload: Workload, seed: int = 0) -> Validation:
@@ -286,6 +299,7 @@ def emit(request: Request, program: Program, workload: Workload, hw: Hardware) -
 def run(request: Request) -> Outcome:
     """Every stage in order; stops after the solve when there is no schedule."""
     timings: dict[str, float] = {}
+    deadline = Deadline(request.time_limit_s)  # every stage up to binding within it
 
     def timed(name: str, fn: Any, *args: Any) -> Any:
         progress.stage(name)
@@ -301,8 +315,8 @@ def run(request: Request) -> Outcome:
     if request.measure:
         measure.require(hw)  # likewise: --measure runs C on this machine's cores
     model = timed("encode", encode, workload, hw, request.constraints, request.fixes,
-                  request.drops)
-    result = timed("solve", solve, model, request.solver, request.time_limit_s)
+                  request.drops, deadline)
+    result = timed("solve", solve, model, request.solver, max(0.01, deadline.left()))
     if result.status is Status.INFEASIBLE:
         conflicts = timed("explain", explain_infeasible, model)
         return Outcome(workload, hw, model, result, None, None, None, timings, conflicts)
@@ -327,7 +341,7 @@ def run(request: Request) -> Outcome:
                 if request.validate and ranged and proof.proved else None)
     emitted = (timed(f"emit {request.emit}", emit, request, program, workload, hw)
                if request.emit else None)
-    groups = (timed("binding", binding, model, result, request.time_limit_s)
+    groups = (timed("binding", binding, model, result, request.time_limit_s, deadline)
               if request.binding else None)
     return Outcome(workload, hw, model, result, program, cost, validation, timings,
                    group_status=groups, proof=proof, smallest=smallest, emitted=emitted,

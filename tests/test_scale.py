@@ -128,3 +128,16 @@ def test_candidates_stop_at_the_deadline_with_a_gap() -> None:
     assert result is not None
     assert result.status in (Status.FEASIBLE, Status.TIMEOUT)
     assert int(result.stats["candidates_solved"]) < int(result.stats["candidates"])
+
+
+def test_encoding_past_the_deadline_is_a_timeout() -> None:
+    """Listing candidates checks the deadline: a deadline already past is exit 3 with a
+    message saying where the time ran out (no wall-clock verdict: the deadline is 0)."""
+    from synth.constraints.space import candidate_kernels
+    from synth.errors import SolveTimeout
+
+    workload = parse_workload(chain(8), "chain.syn", "chain")
+    with pytest.raises(SolveTimeout, match="ran out while listing the candidate kernels"):
+        candidate_kernels(workload, Deadline(0.0))
+    assert SolveTimeout.exit_code == 3
+    assert len(candidate_kernels(workload, Deadline(3600.0))) > 8

@@ -35,6 +35,7 @@ from synth.constraints.decompose import PartCache
 from synth.constraints.result import Status
 from synth.constraints.space import ConstraintSet
 from synth.constraints.user import UNDROPPABLE, group_names
+from synth.deadline import Deadline
 from synth.hardware import Hardware, TransferRules
 
 ALWAYS = "implied"  # redundant: always enforced by the solver, never blamed
@@ -327,22 +328,27 @@ def droppable(group: str) -> bool:
 
 
 def binding(cset: ConstraintSet, env: Mapping[str, int], objective: int,
-            time_limit_s: float = RESOLVE_LIMIT_S, resolve: bool = True) -> list[GroupStatus]:
+            time_limit_s: float = RESOLVE_LIMIT_S, resolve: bool = True,
+            deadline: Deadline | None = None) -> list[GroupStatus]:
     """Every group of `cset` at the solution `env` (of value `objective`), re-solved
-    without each droppable group when `resolve` (meaningful when `env` is optimal)."""
+    without each droppable group when `resolve` (meaningful when `env` is optimal).
+    Each re-solve gets at most what is left before `deadline`; past it, the groups not
+    re-solved have no verdict."""
     out = []
     parts = PartCache()  # a part without the dropped group's constraints recurs
     for info in group_infos(cset):
         is_tight = tight(cset, info.group, env)
-        if not droppable(info.group) or not resolve:
+        expired = deadline is not None and deadline.expired()
+        if not droppable(info.group) or not resolve or expired:
             out.append(GroupStatus(info, is_tight, None, None, None))
             continue
+        limit = time_limit_s if deadline is None else min(time_limit_s, deadline.left())
         without = dataclasses.replace(cset, constraints=tuple(
             c for c in cset.constraints if c.group != info.group))
         # Dropping constraints never makes the optimum worse, so only a better schedule
         # is of interest: asked for one, the solver proves "none" much faster than it
         # re-finds the optimum (INFEASIBLE here means the objective without is the same).
-        result = cpsat.solve(without, time_limit_s, cutoff=objective - 1, cache=parts)
+        result = cpsat.solve(without, limit, cutoff=objective - 1, cache=parts)
         value, status = result.objective, result.status
         verdict: bool | None = None
         if value is not None and value < objective:

@@ -33,6 +33,8 @@ from collections.abc import Sequence
 
 import networkx as nx
 
+from synth.deadline import Deadline
+from synth.errors import SolveTimeout
 from synth.workload import Role, Statement, Workload, accesses
 
 MAX_FUSED = 6  # statements per candidate kernel; longer chains gain little and grow the space
@@ -131,14 +133,16 @@ def _dims(dims: Sequence[str]) -> str:
     return ", ".join(dims) if dims else "nothing"
 
 
-def candidate_groups(workload: Workload) -> list[tuple[int, ...]]:
+def candidate_groups(workload: Workload, deadline: Deadline | None = None
+                     ) -> list[tuple[int, ...]]:
     """Every legal group of statement indices, singletons first, then by size and
-    position (deterministic)."""
+    position (deterministic). Past `deadline`: `SolveTimeout` (exit 3)."""
     graph = dependence_graph(workload)
     undirected = graph.to_undirected()
     found: set[tuple[int, ...]] = {(i,) for i in graph.nodes}
     frontier = sorted(found)
     while frontier:
+        _check(deadline, "listing the candidate kernels")
         grown: set[tuple[int, ...]] = set()
         for group in frontier:
             if len(group) >= MAX_FUSED:
@@ -152,8 +156,15 @@ def candidate_groups(workload: Workload) -> list[tuple[int, ...]]:
         # statement becomes inside), so growth continues through illegal groups
         found |= grown
         frontier = sorted(grown)
+    _check(deadline, "listing the candidate kernels")
     legal = [g for g in found if illegal_reason(workload, g, graph) is None]
     return sorted(legal, key=lambda g: (len(g), g))
+
+
+def _check(deadline: Deadline | None, doing: str) -> None:
+    if deadline is not None and deadline.expired():
+        raise SolveTimeout(f"the time limit of {deadline.seconds:g} s ran out while {doing}, "
+                           f"before any schedule was found")
 
 
 def needed_outside(workload: Workload, members: Sequence[int], tensor: str) -> bool:

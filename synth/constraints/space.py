@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 from synth.constraints import expr as ex
 from synth.constraints.fusion import candidate_groups, needed_outside
+from synth.deadline import Deadline
 from synth.hardware import Hardware
 from synth.tiles import tile_units, tiled_extent
 from synth.vectors import vector_dim
@@ -195,10 +196,12 @@ def one_kernel_per_statement(workload: Workload) -> tuple[KernelSpec, ...]:
     return tuple(kernel_for([stmt], workload) for stmt in workload.statements)
 
 
-def candidate_kernels(workload: Workload) -> tuple[KernelSpec, ...]:
-    """Every legal fusion group as a kernel (singletons first); the solver picks a cover."""
+def candidate_kernels(workload: Workload, deadline: Deadline | None = None
+                      ) -> tuple[KernelSpec, ...]:
+    """Every legal fusion group as a kernel (singletons first); the solver picks a cover.
+    Past `deadline`: `SolveTimeout` (exit 3)."""
     return tuple(kernel_for([workload.statements[i] for i in group], workload)
-                 for group in candidate_groups(workload))
+                 for group in candidate_groups(workload, deadline))
 
 
 # ---------------------------------------------------------------- the constraint set
