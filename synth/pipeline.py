@@ -315,7 +315,7 @@ def run(request: Request) -> Outcome:
     if request.measure:
         measure.require(hw)  # likewise: --measure runs C on this machine's cores
     model = timed("encode", encode, workload, hw, request.constraints, request.fixes,
-                  request.drops, deadline)
+                  request.drops)
     result = timed("solve", solve, model, request.solver, max(0.01, deadline.left()))
     if result.status is Status.INFEASIBLE:
         conflicts = timed("explain", explain_infeasible, model)
