@@ -185,6 +185,10 @@ SIZES = {
 }
 
 
+# issue 12's built-ins, validated on every model by tests/test_scale.py
+SCALE_BUILTINS = ("rmsnorm", "layernorm", "swiglu", "mha", "transformer")
+
+
 def test_every_builtin_has_a_reduced_size() -> None:
     assert set(list_builtin_workloads()) == set(SIZES)
 
@@ -192,6 +196,8 @@ def test_every_builtin_has_a_reduced_size() -> None:
 @pytest.mark.parametrize("hw", ["upmem", "cpu"])
 @pytest.mark.parametrize("workload", sorted(SIZES))
 def test_builtin_validates(workload: str, hw: str) -> None:
+    if hw == "upmem" and workload in SCALE_BUILTINS:
+        pytest.skip("on upmem these solve past 30 s here; tests/test_scale.py validates them")
     outcome = pipeline.run(pipeline.Request(workload, hw, SIZES[workload]))
     assert outcome.result.status is Status.OPTIMAL
     assert outcome.program is not None
