@@ -174,13 +174,14 @@ class Compute:
     def cycle_ps(self) -> int:
         return round(1e12 / self.clock_hz)
 
-    def point_ps(self, ops: Counter[str], dtype: DType) -> int:
-        """Picoseconds for one iteration point doing `ops` in `dtype`."""
+    def point_ps(self, ops: Counter[str], dtype: DType, lanes: int | None = None) -> int:
+        """Picoseconds for one iteration point doing `ops` in `dtype`, at `lanes` elements
+        per instruction (default: the dtype's SIMD lanes)."""
         table = self.cycles.get(dtype.value)
         if table is None:
             raise InputError(f"the hardware model has no compute costs for dtype {dtype.value}")
         cycles = table["base"] + sum(table[op] * n for op, n in ops.items())
-        per_element = cycles / self.lanes.get(dtype.value, 1)
+        per_element = cycles / (self.lanes.get(dtype.value, 1) if lanes is None else lanes)
         return max(1, round(per_element * 1e12 / self.clock_hz))
 
 

@@ -199,10 +199,11 @@ MLIR_FUSION_GAPS = {
 
 @pytest.mark.parametrize("hardware", list_builtin_hardware())
 @pytest.mark.parametrize("workload", list_builtin_workloads())
-def test_builtin_verifies_transforms_and_runs(workload: str, hardware: str,
-                                              tmp_path: Path) -> None:
-    if (workload, hardware) in MLIR_FUSION_GAPS:
-        pytest.xfail(MLIR_FUSION_GAPS[(workload, hardware)])
+def test_builtin_verifies_transforms_and_runs(workload: str, hardware: str, tmp_path: Path,
+                                              request: pytest.FixtureRequest) -> None:
+    if (workload, hardware) in MLIR_FUSION_GAPS:  # strict: a fixed gap fails here, to be removed
+        request.applymarker(pytest.mark.xfail(reason=MLIR_FUSION_GAPS[(workload, hardware)],
+                                              strict=True))
     outcome = pipeline.run(pipeline.Request(workload, hardware, SIZES.get(workload, {}),
                                             validate=False, time_limit_s=30.0))
     if outcome.program is None:

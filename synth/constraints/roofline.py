@@ -45,11 +45,7 @@ def vector_ops(stmt: Statement, compute: Compute) -> Counter[str]:
 
 def point_ps(stmt: Statement, compute: Compute, lanes: int) -> int:
     """Picoseconds per point of `stmt` at `lanes` elements per instruction."""
-    table = compute.cycles.get(stmt.dtype.value)
-    if table is None:  # Compute.point_ps says which dtype is missing
-        return compute.point_ps(Counter(), stmt.dtype)
-    cycles = table["base"] + sum(table[op] * n for op, n in vector_ops(stmt, compute).items())
-    return max(1, round(cycles / lanes * 1e12 / compute.clock_hz))
+    return compute.point_ps(vector_ops(stmt, compute), stmt.dtype, lanes)
 
 
 def kernel_vector_dim(statements: tuple[Statement, ...]) -> str | None:
