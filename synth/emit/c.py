@@ -20,7 +20,10 @@ docs/architecture.md):
   cores, a `<tensor>_partials` array per kernel, combined after it).
 - Tiles in the memories between the root and the innermost (the caches) are *views*:
   the loops block for them, and the hardware moves their lines. Their loads and stores
-  are the cache's business and emit nothing.
+  are the cache's business and emit nothing. The exception: a contraction's operand
+  tile in the units' private cache (each core's L2) is packed when the schedule loads
+  it, copied into a contiguous buffer in the order the micro-kernel reads it, so each
+  register tile of it is one contiguous run (`synth.emit.c_pack`, as BLIS packs).
 - Tiles in the innermost memory (the vector registers on the `cpu` model) are local
   arrays, loaded and stored explicitly. Along the kernel's vector dimension (`vector`,
   chosen by the solver) they are arrays of SIMD vectors (`vf32`), so the compute over a
@@ -49,6 +52,7 @@ from pathlib import Path
 import numpy as np
 
 from synth.emit.c_check import WORKLOAD_FILE, CCheck, check_c
+from synth.emit.c_pack import Pack, PackWriter, plan_packs
 from synth.emit.cstyle import ATOM, Code, CStyle, EmitError, Names, Typed, statement_text
 from synth.hardware import Hardware
 from synth.ir.nodes import (
@@ -348,6 +352,10 @@ class KernelWriter:
         self.pending: set[str] = set()  # locals whose accumulators are not folded yet
         self.heap: list[str] = []  # root partials to free at the end
         self.in_parallel = False
+        # the operands' cache tiles packed into panels (synth.emit.c_pack)
+        self.packs: dict[str, Pack] = plan_packs(kernel, writer.workload, writer.hw,
+                                                 self.decls, self.parents, self.vectorised)
+        self.packer = PackWriter(self)
 
     @property
     def lanes(self) -> int:
@@ -362,6 +370,7 @@ class KernelWriter:
         vector = f", vectorised along {self.vector}" if self.vector else ""
         code.comment(f"kernel {self.kernel.name}: statements {stmts}{vector}")
         with code.function(f"static void {self.ident}({self.w.signature()})"):
+            self.packer.storage(code)
             self.nodes(code, self.kernel.body)
             for name in self.heap:
                 code(f"free({name});")
@@ -426,6 +435,9 @@ class KernelWriter:
                  f"/* {describe(decl)} */")
             code(f"if (!{name}) abort();")
             self.heap.append(name)
+            return
+        if decl.name in self.packs:
+            self.packer.alloc(code, self.packs[decl.name])
             return
         if decl.memory != self.innermost:
             code.comment(f"{describe(decl)}: blocked for, not copied")
@@ -544,6 +556,8 @@ class KernelWriter:
     def transfer(self, code: Code, local_name: str, other: str, load: bool) -> None:
         local = self.locals.get(local_name)
         if local is None:
+            if load and local_name in self.packs:
+                self.packer.copy_in(code, self.packs[local_name])
             return  # between views: the caches move the lines
         if not load and local_name in self.pending:
             self.fold(code, local_name)
@@ -563,6 +577,7 @@ class KernelWriter:
     def copy(self, code: Code, local: Local, root: BufferDecl, load: bool, vector: bool
              ) -> None:
         decl = local.decl
+        pack = self.packer.source(decl.name) if load else None
         if vector and local.vector:
             dims = list(decl.dims)
             shape = [n // self.lanes if d == local.vector else n
@@ -570,31 +585,42 @@ class KernelWriter:
             with self.tile_loops(code, dims, shape) as at:
                 offsets = {d: f"{at[d]} * {self.lanes}" if d == local.vector else at[d]
                            for d in dims}
-                index = [self.offset(decl, i, offsets[d]) for i, d in enumerate(dims)]
-                element = self.address(root, index)
+                element = self.element(decl, root, pack, offsets)
                 slot = f"{local.name}[{local.slot(at)}]"
                 suffix = VECTOR_TYPES[decl.dtype][0]
-                if dims[-1] == local.vector:  # contiguous: one vector load or store
+                last = pack.free[-1] if pack is not None else dims[-1]
+                if last == local.vector:  # contiguous: one vector load or store
                     if load:
                         code(f"{slot} = vload_{suffix}(&{element});")
                     else:
                         code(f"vstore_{suffix}(&{element}, {slot});")
                 else:  # strided along the vector dimension: lane by lane
-                    step = self.offset(decl, dims.index(local.vector),
-                                       f"{at[local.vector]} * {self.lanes} + l_")
-                    lane_index = list(index)
-                    lane_index[dims.index(local.vector)] = step
-                    lane_element = self.address(root, lane_index)
+                    lane = dict(offsets)
+                    lane[local.vector] = f"{at[local.vector]} * {self.lanes} + l_"
+                    lane_element = self.element(decl, root, pack, lane)
                     with self.w.for_loop(code, "l_", self.lanes):
                         code(f"{slot}[l_] = {lane_element};" if load
                              else f"{lane_element} = {slot}[l_];")
             return
         bounds = self.bounds(decl.dims, decl.origin, decl.shape)
         with self.tile_loops(code, decl.dims, decl.shape, bounds) as at:
-            index = [self.offset(decl, i, at[d]) for i, d in enumerate(decl.dims)]
-            element = self.address(root, index)
+            element = self.element(decl, root, pack, at)
             mine = local.scalar(at)
             code(f"{mine} = {element};" if load else f"{element} = {mine};")
+
+    def element(self, decl: BufferDecl, root: BufferDecl, pack: Pack | None,
+                offsets: Mapping[str, str]) -> str:
+        """The element of `decl`'s tile at `offsets` (dim -> C expression) where it is
+        read from: the tensor, or the packed tile it is loaded from."""
+        if pack is None:
+            index = [self.offset(decl, i, offsets[d]) for i, d in enumerate(decl.dims)]
+            return self.address(root, index)
+        if decl.dims != pack.decl.dims:
+            raise EmitError(f"{self.w.emitter_name}: tile {decl.name} of kernel "
+                            f"{self.kernel.name} is read from the packed tile "
+                            f"{pack.decl.name} along other dimensions")
+        start = {d: decl.origin[i] - pack.decl.origin[i] for i, d in enumerate(decl.dims)}
+        return f"{self.packer.name(pack)}[{pack.index(start, offsets, self.affine)}]"
 
     def offset(self, decl: BufferDecl, axis: int, local: str) -> str:
         start = decl.origin[axis]

@@ -1,0 +1,350 @@
+"""Packed operand panels for the C emitter's contractions (as BLIS packs them).
+
+A contraction `T[..] += X[..] * Y[..]` runs as a register-blocked micro-kernel: the
+register tile of T stays in vector accumulators while the loops over the reduced
+dimensions walk the operands' register tiles (`synth.emit.c`). Read straight from the
+tensors, those tiles are rows far apart (a power-of-two row length puts them in the
+same cache sets, and every row is another page), so the micro-kernel waits for memory.
+
+Where the schedule places an operand's tile in the units' private cache (on `cpu`,
+the per-core L2 tile of each operand), that tile is copied once, when the schedule
+loads it, into a contiguous buffer laid out in the order the micro-kernel reads it:
+
+    [blocks of the free dimensions][the reduced dimensions][offsets within a block]
+
+where a free dimension is one the operand shares with the target and its block is the
+register tile's extent along it. A register tile of the operand is then one
+contiguous run of the buffer, and the next step of the reduction reads the next run.
+Along the vector dimension the buffer is contiguous even when the tensor is not (an
+operand indexed by it before its last axis is gathered from the tensor once, when
+packed, instead of at every register tile). Elements of a tile past the tensor's edge
+are packed as 0 (the emitted code never reads them: ragged register tiles take the
+scalar path).
+
+A tile is packed only when each of its elements is used at least `MIN_REUSE` times
+while it stays in the cache (the copy is then a small share of the compute), has both
+a free and a reduced dimension, and is never written by the kernel. The buffers are
+file-scope, allocated on the first call (one per parallel unit) and kept for the
+process's lifetime, so repeated calls pay no page faults.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from synth.emit.cstyle import Code
+from synth.hardware import Hardware
+from synth.ir.nodes import Affine, Alloc, BufferDecl, Compute, Kernel, Loop, LoopKind, Node
+from synth.workload import Access, BinOp, ReduceOp, Statement, Workload
+
+if TYPE_CHECKING:
+    from synth.emit.c import KernelWriter
+
+MIN_REUSE = 8  # uses per packed element while its tile stays in the cache
+MAX_PACK_BYTES = 1 << 28  # all instances of one packed tile
+ALIGN = 64  # bytes: a cache line, and an AVX-512 vector
+
+
+@dataclass(frozen=True)
+class Pack:
+    """A cache tile of a contraction operand, packed into panels of register tiles."""
+
+    decl: BufferDecl
+    free: tuple[str, ...]  # dims shared with the target, in the tile's order
+    reduced: tuple[str, ...]  # the contraction's reduced dims, in the tile's order
+    block: Mapping[str, int]  # the register tile's extent along each free dim
+    parallel: tuple[tuple[str, int], ...]  # parallel loops around its allocation (IR)
+
+    @property
+    def elements(self) -> int:
+        return math.prod(self.decl.shape)
+
+    @property
+    def instances(self) -> int:
+        return math.prod(extent for _, extent in self.parallel)
+
+    def extent(self, dim: str) -> int:
+        return self.decl.shape[self.decl.dims.index(dim)]
+
+    def blocks(self) -> list[tuple[str, int]]:
+        return [(d, self.extent(d) // self.block[d]) for d in self.free]
+
+    def index(self, start: Mapping[str, Affine], offset: Mapping[str, str],
+              affine: Callable[[Affine], str]) -> str:
+        """The packed element at `start[d]` + `offset[d]` from the tile's first element:
+        `start` is a register tile's place in the tile (a whole number of blocks along
+        the free dims), `offset` a C expression of the place within the register tile."""
+        blocks = [(affine(exact_div(start[d], self.block[d])), n) for d, n in self.blocks()]
+        reduced = [(_plus(affine(start[d]), offset[d]), self.extent(d)) for d in self.reduced]
+        inner = [(offset[d], self.block[d]) for d in self.free]
+        return _flat(blocks + reduced + inner)
+
+
+def _plus(base: str, offset: str) -> str:
+    if base == "0":
+        return offset
+    return base if offset == "0" else f"{base} + {offset}"
+
+
+def _flat(parts: Sequence[tuple[str, int]]) -> str:
+    """Row-major index of (C expression, extent) parts."""
+    flat = ""
+    for expr, extent in parts:
+        flat = expr if not flat else f"({flat}) * {extent} + {expr}"
+    return flat or "0"
+
+
+def exact_div(value: Affine, by: int) -> Affine:
+    if by == 1:
+        return value
+    if value.const % by or any(c % by for _, c in value.terms):
+        raise ValueError(f"{value} is not a multiple of {by}")
+    return Affine(tuple((v, c // by) for v, c in value.terms), value.const // by)
+
+
+def divisible(value: Affine, by: int) -> bool:
+    return value.const % by == 0 and all(c % by == 0 for _, c in value.terms)
+
+
+def contraction(stmt: Statement) -> tuple[Access, Access] | None:
+    """The two operands of `T[..] += X[..] * Y[..]` (distinct tensors), else None."""
+    expr = stmt.expr
+    if (stmt.op is not ReduceOp.ADD or not stmt.reduced or not isinstance(expr, BinOp)
+            or expr.op != "*" or not isinstance(expr.lhs, Access)
+            or not isinstance(expr.rhs, Access) or expr.lhs.tensor == expr.rhs.tensor):
+        return None
+    return expr.lhs, expr.rhs
+
+
+def pack_memory(hw: Hardware) -> str | None:
+    """The units' private cache where operand tiles are packed: the outermost memory of
+    the level below the root (`cpu`: each core's L2)."""
+    if len(hw.levels) < 2:
+        return None
+    level = hw.levels[1].name
+    for mem in hw.memories[1:-1]:  # neither the root nor the registers
+        if mem.level == level:
+            return mem.name
+    return None
+
+
+def plan_packs(kernel: Kernel, workload: Workload, hw: Hardware,
+               decls: Mapping[str, BufferDecl], parents: Mapping[str, str],
+               vectorised: Callable[[Statement, Sequence[str], Sequence[int]], bool]
+               ) -> dict[str, Pack]:
+    """The cache tiles of `kernel` to pack, by buffer name (see the module's doc)."""
+    memory = pack_memory(hw)
+    if memory is None:
+        return {}
+    written = {workload.statement(s).target for s in kernel.statements}
+    parallel = _parallel_around(kernel.body, ())
+    found: dict[str, Pack] = {}
+    refused: set[str] = set()
+    for node in _computes(kernel.body):
+        stmt = workload.statement(node.statement)
+        operands = contraction(stmt)
+        if operands is None or not vectorised(stmt, node.dims, node.tile):
+            continue
+        target = _ancestor(node.out, memory, decls, parents)
+        for access in operands:
+            if access.tensor in written:
+                continue
+            reg = decls[node.operands[access.tensor]]
+            tile_name = _ancestor(reg.name, memory, decls, parents)
+            if tile_name is None or tile_name in refused:
+                continue
+            pack = _pack(stmt, access, decls[tile_name], reg,
+                         decls[target] if target else None, parallel.get(tile_name, ()))
+            if pack is None or (tile_name in found and found[tile_name] != pack):
+                refused.add(tile_name)
+                found.pop(tile_name, None)
+                continue
+            found[tile_name] = pack
+    return found
+
+
+def _pack(stmt: Statement, access: Access, tile: BufferDecl, reg: BufferDecl,
+          target: BufferDecl | None, parallel: tuple[tuple[str, int], ...]) -> Pack | None:
+    dims = tile.dims
+    if (len(set(access.indices)) != len(access.indices) or reg.dims != dims
+            or tuple(access.indices) != dims):
+        return None
+    free = tuple(d for d in dims if d in stmt.indices)
+    reduced = tuple(d for d in dims if d in stmt.reduced)
+    if not free or not reduced or len(free) + len(reduced) != len(dims):
+        return None
+    block = {d: reg.shape[dims.index(d)] for d in free}
+    for d in free:
+        axis = dims.index(d)
+        if tile.shape[axis] % block[d] or not divisible(reg.origin[axis] - tile.origin[axis],
+                                                        block[d]):
+            return None
+    if target is None:
+        return None
+    reuse = math.prod(target.shape[target.dims.index(d)] for d in stmt.indices
+                      if d not in dims and d in target.dims)
+    pack = Pack(tile, free, reduced, block, parallel)
+    if reuse < MIN_REUSE or pack.elements * pack.instances * tile.dtype.itemsize \
+            > MAX_PACK_BYTES:
+        return None
+    return pack
+
+
+def _ancestor(name: str, memory: str, decls: Mapping[str, BufferDecl],
+              parents: Mapping[str, str]) -> str | None:
+    """The tile in `memory` that buffer `name` is loaded from (or stored into)."""
+    while name in decls:
+        if decls[name].memory == memory:
+            return name
+        if name not in parents:
+            return None
+        name = parents[name]
+    return None
+
+
+def _computes(nodes: Sequence[Node]) -> list[Compute]:
+    out: list[Compute] = []
+    for node in nodes:
+        if isinstance(node, Compute):
+            out.append(node)
+        elif isinstance(node, Loop):
+            out.extend(_computes(node.body))
+    return out
+
+
+def _parallel_around(nodes: Sequence[Node], around: tuple[tuple[str, int], ...]
+                     ) -> dict[str, tuple[tuple[str, int], ...]]:
+    """Buffer name -> the parallel loops (IR name, extent) around its allocation."""
+    out: dict[str, tuple[tuple[str, int], ...]] = {}
+    for node in nodes:
+        if isinstance(node, Alloc):
+            out[node.buffer.name] = around
+        elif isinstance(node, Loop):
+            inner = around + ((node.var.name, node.var.extent),) \
+                if node.var.kind is LoopKind.PARALLEL else around
+            out.update(_parallel_around(node.body, inner))
+    return out
+
+
+class PackWriter:
+    """The C of one kernel's packed tiles: their storage, their pointers and the copies
+    into them (for `synth.emit.c.KernelWriter`, whose helpers it uses)."""
+
+    def __init__(self, kernel: KernelWriter) -> None:
+        self.k = kernel
+
+    def source(self, name: str) -> Pack | None:
+        """The packed cache tile a tile is loaded from, if any."""
+        while name in self.k.parents:
+            name = self.k.parents[name]
+            if name in self.k.packs:
+                return self.k.packs[name]
+        return None
+
+    def name(self, pack: Pack) -> str:
+        """The C pointer to this unit's instance of the packed tile."""
+        return self.k.w.names(f"buf:{self.k.kernel.name}:{pack.decl.name}", pack.decl.name)
+
+    def store(self, pack: Pack) -> str:
+        """The file-scope buffer holding every instance of a packed tile."""
+        decl = pack.decl
+        kernel = self.k.kernel.name
+        name = self.k.w.names(f"pack:{kernel}:{decl.name}", f"pack_{decl.name}")
+        self.k.w.helper(name, f"/* {_describe(decl)} of kernel {kernel}, packed, one per "
+                              f"parallel unit: allocated on the first call, kept */\n"
+                              f"static {self.k.w.ctype(decl.dtype)} *{name};")
+        return name
+
+    def storage(self, code: Code) -> None:
+        """At the kernel's start: allocate the packed tiles' buffers on the first call."""
+        for pack in self.k.packs.values():
+            store = self.store(pack)
+            size = pack.elements * pack.instances * pack.decl.dtype.itemsize
+            with code.block(f"if (!{store})"):
+                code(f"{store} = aligned_alloc({ALIGN}, {-(-size // ALIGN) * ALIGN});")
+                code(f"if (!{store}) abort();")
+
+    def alloc(self, code: Code, pack: Pack) -> None:
+        """The pointer to this unit's instance (one per combination of the parallel
+        loops around the tile's allocation)."""
+        instance = ""
+        for var, extent in pack.parallel:
+            name = self.k.var(var)
+            instance = name if not instance else f"({instance}) * {extent} + {name}"
+        at = f" + ({instance}) * {pack.elements}" if instance else ""
+        panels = " x ".join(f"{d} {pack.block[d]}" for d in pack.free)
+        code(f"{self.k.w.ctype(pack.decl.dtype)} *restrict {self.name(pack)} = "
+             f"{self.store(pack)}{at}; /* {_describe(pack.decl)}, packed in panels of "
+             f"{panels} */")
+
+    def copy_in(self, code: Code, pack: Pack) -> None:
+        """Copy a cache tile from its tensor into its panels (0 past the tensor's edge):
+        whole vectors where the panels' innermost dimension is the tensor's last."""
+        from synth.emit.c import VECTOR_TYPES  # c builds on this module
+
+        decl = pack.decl
+        blocks = ", ".join(f"{d} / {pack.block[d]}" for d in pack.free)
+        offsets = ", ".join(f"{d} % {pack.block[d]}" for d in pack.free)
+        code.comment(f"pack {_describe(decl)}: [{blocks}][{', '.join(pack.reduced)}]"
+                     f"[{offsets}]")
+        full = self.k.full(decl.dims, decl.origin, decl.shape)
+        last = pack.free[-1]
+        contiguous = (decl.dims[-1] == last and decl.dtype in VECTOR_TYPES
+                      and pack.block[last] % self.k.lanes == 0)
+        if full is None:
+            self.loops(code, pack, contiguous, guarded=False)
+        elif contiguous:
+            with code.block(f"if ({full})"):
+                self.loops(code, pack, True, guarded=False)
+            with code.block("else"):
+                self.loops(code, pack, False, guarded=True)
+        else:
+            self.loops(code, pack, False, guarded=True)
+
+    def loops(self, code: Code, pack: Pack, vector: bool, guarded: bool) -> None:
+        """The copy's loops: blocks, reduced dims, offsets in a block (the packed order,
+        so the stores run through the buffer in order)."""
+        from synth.emit.c import VECTOR_TYPES, _nested  # c builds on this module
+
+        decl = pack.decl
+        root = self.k.root_of(decl.name)
+        last = pack.free[-1]
+        step = self.k.lanes if vector else 1
+        names = self.k.w.names
+        block = {d: names(f"pb:{d}:{len(code.lines)}", f"b_{d}") for d in pack.free}
+        inner = {d: names(f"pi:{d}:{len(code.lines)}", f"i_{d}") for d in pack.free}
+        reduced = {d: names(f"pr:{d}:{len(code.lines)}", f"r_{d}") for d in pack.reduced}
+        within = {d: f"{inner[d]} * {step}" if d == last and step > 1 else inner[d]
+                  for d in pack.free}
+        loops = ([(block[d], str(n)) for d, n in pack.blocks()]
+                 + [(reduced[d], str(pack.extent(d))) for d in pack.reduced]
+                 + [(inner[d], str(pack.block[d] // step if d == last else pack.block[d]))
+                    for d in pack.free])
+        with _nested(code, loops, self.k.w.index_type):
+            offsets = {d: f"{block[d]} * {pack.block[d]} + {within[d]}" for d in pack.free}
+            offsets.update(reduced)
+            index = [self.k.offset(decl, i, offsets[d]) for i, d in enumerate(decl.dims)]
+            source = self.k.address(root, index)
+            flat = _flat([(block[d], n) for d, n in pack.blocks()]
+                         + [(reduced[d], pack.extent(d)) for d in pack.reduced]
+                         + [(within[d], pack.block[d]) for d in pack.free])
+            target = f"{self.name(pack)}[{flat}]"
+            if vector:
+                suffix = VECTOR_TYPES[decl.dtype][0]
+                code(f"vstore_{suffix}(&{target}, vload_{suffix}(&{source}));")
+            elif guarded:
+                edges = self.k.bounds(decl.dims, decl.origin, decl.shape)
+                inside = " && ".join(f"{index[i]} < {self.k.extents[d]}"
+                                     for i, d in enumerate(decl.dims) if d in edges)
+                zero = self.k.w.fill_value(0, decl.dtype)
+                code(f"{target} = {inside} ? {source} : {zero};")
+            else:
+                code(f"{target} = {source};")
+
+
+def _describe(decl: BufferDecl) -> str:
+    shape = "x".join(map(str, decl.shape)) or "scalar"
+    return f"{decl.memory} tile of {decl.tensor} [{shape}]"

@@ -1,0 +1,126 @@
+"""Packed operand panels in the emitted C (`synth.emit.c_pack`): the layout the
+micro-kernel reads, which tiles are packed, and that packed and unpacked code both match
+the reference, also where the sizes are not multiples of the register tile (ragged
+tiles, zeros packed past the tensor's edge) and under AddressSanitizer and UBSan."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import Case, build, optimal_program
+from test_emit_c import assert_passes, emit_and_check, sanitized
+
+from synth.emit import c_pack
+from synth.emit.c import KernelWriter, ProgramWriter
+from synth.emit.c_pack import Pack, contraction, exact_div
+from synth.hwfile import load_hardware
+from synth.ir.nodes import Affine, BufferDecl, Program
+from synth.lang import parse_workload
+from synth.workload import DType
+
+GEMM = (Path(__file__).resolve().parent.parent / "benchmarks" / "workloads"
+        / "matmul_f32.syn").read_text()
+
+
+def gemm_case(sizes: Mapping[str, int]) -> Case:
+    return Case.of("matmul_f32", "cpu", sizes, text=GEMM)
+
+
+def packs(case: Case, program: Program) -> dict[str, Pack]:
+    writer = ProgramWriter(program, build(case).workload, load_hardware("cpu"))
+    found: dict[str, Pack] = {}
+    for kernel in program.kernels:
+        found.update(KernelWriter(writer, kernel).packs)
+    return found
+
+
+def test_the_packed_layout_is_blocks_then_the_reduction_then_the_block() -> None:
+    """A 6 x 8 tile of B[k, n] in panels of 4 along n: panel p holds B[k, 4p + j] at
+    k * 4 + j, one register tile's row after another."""
+    decl = BufferDecl("B_l2", "B", "l2", ("k", "n"), (6, 8), (Affine(), Affine()), DType.F32)
+    pack = Pack(decl, ("n",), ("k",), {"n": 4}, ())
+    tile = np.arange(48).reshape(6, 8)
+    packed = np.empty(48, dtype=int)
+    for block in range(2):
+        for k in range(6):
+            for j in range(4):
+                start = {"k": Affine(), "n": Affine((), 4 * block)}
+                at = int(eval(pack.index(start, {"k": str(k), "n": str(j)}, str)))  # noqa: S307
+                packed[at] = tile[k, 4 * block + j]
+    expected = tile.reshape(6, 2, 4).transpose(1, 0, 2).reshape(-1)
+    assert packed.tolist() == expected.tolist()
+
+
+def test_exact_division_of_an_offset() -> None:
+    assert exact_div(Affine((("l_m", 8),), 16), 4) == Affine((("l_m", 2),), 4)
+    with pytest.raises(ValueError):
+        exact_div(Affine((("l_m", 6),)), 4)
+
+
+def test_contractions_are_products_of_two_tensors_summed() -> None:
+    text = ("size M = 8\nsize N = 8\nsize K = 8\nin A : f32[M, K]\nin B : f32[K, N]\n"
+            "out C : f32[M, N]\nout D : f32[M, N]\nout E : f32[M]\n"
+            "C[m, n] += A[m, k] * B[k, n]\nD[m, n] = A[m, n] * B[m, n]\n"
+            "E[m] += A[m, k] * A[m, k]\n")
+    workload = parse_workload(text, "g.syn", "g")
+    kinds = {s.name: contraction(s) is not None for s in workload.statements}
+    assert kinds == {"C": True, "D": False, "E": False}
+
+
+@pytest.mark.parametrize("sizes", [{"M": 96, "N": 64, "K": 40},
+                                   {"M": 37, "N": 50, "K": 23}])
+def test_a_packed_gemm_matches_the_reference(sizes: Mapping[str, int],
+                                             tmp_path: Path) -> None:
+    case = gemm_case(sizes)
+    program = optimal_program(case)
+    assert packs(case, program), "the GEMM's operand tiles are packed"
+    check = emit_and_check(program, build(case).workload, tmp_path)
+    assert_passes(check)
+    source = (tmp_path / "kernels.c").read_text()
+    assert "static float *pack_" in source and "aligned_alloc(64" in source
+
+
+def test_ragged_tiles_are_packed_with_zeros_past_the_edge(tmp_path: Path) -> None:
+    """Sizes that are no multiple of the register tile: the packing copies stop at the
+    tensor's edge (0 beyond), the micro-kernel's ragged tiles take the scalar path."""
+    case = gemm_case({"M": 37, "N": 50, "K": 23})
+    program = optimal_program(case)
+    assert_passes(emit_and_check(program, build(case).workload, tmp_path))
+    source = (tmp_path / "kernels.c").read_text()
+    assert re.search(r"< \d+ \? [AB]\[.*\] : 0\.0f;", source), "no guarded packing copy"
+
+
+def test_unpacked_code_still_matches(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With packing off (no tile reused enough), the micro-kernel reads the tensors."""
+    monkeypatch.setattr(c_pack, "MIN_REUSE", 1 << 40)
+    case = gemm_case({"M": 37, "N": 50, "K": 23})
+    program = optimal_program(case)
+    assert not packs(case, program)
+    assert_passes(emit_and_check(program, build(case).workload, tmp_path))
+    assert "pack_" not in (tmp_path / "kernels.c").read_text()
+
+
+def test_a_gathered_operand_is_packed_contiguous_along_the_vector(tmp_path: Path) -> None:
+    """attention's K[j, d] is vectorised along j, not its last axis: packed in panels of
+    j, its register tiles load whole vectors (no lane-by-lane gather)."""
+    case = Case.of("attention", "cpu", {"S": 48, "D": 16})
+    program = optimal_program(case)
+    found = [p for p in packs(case, program).values() if p.decl.tensor == "K"]
+    assert found and found[0].free == ("j",)
+    assert_passes(emit_and_check(program, build(case).workload, tmp_path))
+    source = (tmp_path / "kernels.c").read_text()
+    assert re.search(r"K_reg\w*\[[^\]]*\] = vload_f32\(&K_l2", source)
+
+
+def test_packed_code_under_the_sanitizers(tmp_path: Path,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    case = gemm_case({"M": 37, "N": 50, "K": 23})
+    program = optimal_program(case)
+    assert_passes(emit_and_check(program, build(case).workload, tmp_path))
+    check = sanitized(tmp_path, monkeypatch)
+    assert "-fsanitize=address" in check.log
+    assert_passes(check)
