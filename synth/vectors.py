@@ -6,8 +6,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from synth.workload import Access, Call, DType, Statement
+from synth.hardware import Hardware
+from synth.workload import Access, BinOp, Call, DType, ReduceOp, Statement
 from synth.workload import walk as expr_nodes
+
+# A contraction's operand tile in the units' private cache is packed (`synth.emit.c_pack`)
+# when each of its elements is used at least this many times while the tile stays there.
+MIN_REUSE = 8
 
 # the dtypes with vector arithmetic in synth_vec.h, and the functions it has for each
 VECTOR_FUNCTIONS: Mapping[DType, frozenset[str]] = {
@@ -40,3 +45,37 @@ def vector_dim(statements: Sequence[Statement]) -> str | None:
         return stmt.indices[-1]
     operands = [n.indices for n in expr_nodes(stmt.expr) if isinstance(n, Access) and n.indices]
     return operands[0][-1] if operands else None
+
+
+def contraction(stmt: Statement) -> tuple[Access, Access] | None:
+    """The two operands of `T[..] += X[..] * Y[..]` (distinct tensors), else None: the
+    statements the C emitter runs as a micro-kernel over packed operands."""
+    expr = stmt.expr
+    if (stmt.op is not ReduceOp.ADD or not stmt.reduced or not isinstance(expr, BinOp)
+            or expr.op != "*" or not isinstance(expr.lhs, Access)
+            or not isinstance(expr.rhs, Access) or expr.lhs.tensor == expr.rhs.tensor):
+        return None
+    return expr.lhs, expr.rhs
+
+
+def pack_memory(hw: Hardware) -> str | None:
+    """The units' private cache where contraction operands are packed: the outermost
+    memory of the level below the root, neither the root nor the registers (`cpu`: each
+    core's L2)."""
+    if len(hw.levels) < 2:
+        return None
+    level = hw.levels[1].name
+    for mem in hw.memories[1:-1]:
+        if mem.level == level:
+            return mem.name
+    return None
+
+
+def packable_operand(stmt: Statement, access: Access) -> bool:
+    """An operand the emitter can pack: indexed by distinct dims, some shared with the
+    target (its panels' blocks) and some reduced (what the micro-kernel walks), no other."""
+    dims = access.indices
+    free = [d for d in dims if d in stmt.indices]
+    reduced = [d for d in dims if d in stmt.reduced]
+    return (len(set(dims)) == len(dims) and bool(free) and bool(reduced)
+            and len(free) + len(reduced) == len(dims))

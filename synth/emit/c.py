@@ -295,6 +295,10 @@ class Local:
     name: str
     vector: str | None
     lanes: int
+    # an operand without the vector dimension, read by vector code: each element is
+    # broadcast into a whole vector when loaded (a vector load that broadcasts, on the
+    # load ports, instead of a scalar load and a broadcast on an arithmetic port per use)
+    splat: bool = False
 
     @property
     def chunks(self) -> int:
@@ -318,6 +322,8 @@ class Local:
 
     def scalar(self, index: Mapping[str, str]) -> str:
         """The element at tile offsets `index` (dim -> C expression), as a scalar."""
+        if self.splat:
+            return f"{self.name}[{self.slot(index)}][0]"
         if not self.vector:
             return f"{self.name}[{self.slot(index)}]"
         at = dict(index)
@@ -444,10 +450,11 @@ class KernelWriter:
             return
         local = self.local(decl)
         self.locals[decl.name] = local
-        if local.size * (self.w.vb if local.vector else decl.dtype.itemsize) > MAX_LOCAL_BYTES:
+        vectors = local.vector is not None or local.splat
+        if local.size * (self.w.vb if vectors else decl.dtype.itemsize) > MAX_LOCAL_BYTES:
             raise EmitError(f"{self.w.emitter_name}: tile {decl.name} of kernel "
                             f"{self.kernel.name} exceeds {MAX_LOCAL_BYTES} bytes")
-        element = f"v{VECTOR_TYPES[decl.dtype][0]}" if local.vector else ctype
+        element = f"v{VECTOR_TYPES[decl.dtype][0]}" if vectors else ctype
         code(f"{element} {local.name}[{local.size}]; /* {describe(decl)} */")
         accumulators = self.accumulator_count(decl)
         if accumulators:
@@ -461,7 +468,24 @@ class KernelWriter:
         vector = self.vector
         along = (vector is not None and vector in decl.dims and decl.dtype in VECTOR_TYPES
                  and decl.shape[decl.dims.index(vector)] % self.lanes == 0)
-        return Local(decl, name, vector if along else None, self.lanes)
+        splat = (vector is not None and vector not in decl.dims
+                 and decl.dtype in VECTOR_TYPES and decl.name in self.broadcast_operands())
+        return Local(decl, name, vector if along else None, self.lanes, splat)
+
+    def broadcast_operands(self) -> set[str]:
+        """Innermost tiles that vectorised computes only read (never a compute's target,
+        never stored): those without the vector dimension are kept broadcast."""
+        read: set[str] = set()
+        written: set[str] = set()
+        for node in walk(self.kernel.body):
+            if isinstance(node, Compute):
+                written.add(node.out)
+                stmt = self.w.workload.statement(node.statement)
+                if self.vectorised(stmt, node.dims, node.tile):
+                    read.update(node.operands.values())
+            elif isinstance(node, Store | Fill):
+                written.add(node.src if isinstance(node, Store) else node.buffer)
+        return read - written
 
     def accumulator_count(self, decl: BufferDecl) -> int:
         """Vector accumulators for a target reduced over the vector dimension by a
@@ -606,7 +630,11 @@ class KernelWriter:
         with self.tile_loops(code, decl.dims, decl.shape, bounds) as at:
             element = self.element(decl, root, pack, at)
             mine = local.scalar(at)
-            code(f"{mine} = {element};" if load else f"{element} = {mine};")
+            if local.splat and load:
+                suffix = VECTOR_TYPES[decl.dtype][0]
+                code(f"{local.name}[{local.slot(at)}] = vsplat_{suffix}({element});")
+            else:
+                code(f"{mine} = {element};" if load else f"{element} = {mine};")
 
     def element(self, decl: BufferDecl, root: BufferDecl, pack: Pack | None,
                 offsets: Mapping[str, str]) -> str:
@@ -643,8 +671,8 @@ class KernelWriter:
         value = self.w.fill_value(node.value, decl.dtype)
         local = self.locals.get(node.buffer)
         if local is not None:
-            splat = (f"vsplat_{VECTOR_TYPES[decl.dtype][0]}({value})" if local.vector
-                     else value)
+            splat = (f"vsplat_{VECTOR_TYPES[decl.dtype][0]}({value})"
+                     if local.vector or local.splat else value)
             with self.w.for_loop(code, "k_", local.size):
                 code(f"{local.name}[k_] = {splat};")
             if node.buffer in self.accumulators:
@@ -741,7 +769,7 @@ class KernelWriter:
         """An operand in vector code: (C text, whether it is a vector)."""
         local = self.locals[node.operands[access.tensor]]
         index = {d: at[d] for d in access.indices}
-        if local.vector is not None and local.vector in access.indices:
+        if (local.vector is not None and local.vector in access.indices) or local.splat:
             return f"{local.name}[{local.slot(index)}]", True
         return local.scalar(index), False
 

@@ -38,12 +38,12 @@ from typing import TYPE_CHECKING
 from synth.emit.cstyle import Code
 from synth.hardware import Hardware
 from synth.ir.nodes import Affine, Alloc, BufferDecl, Compute, Kernel, Loop, LoopKind, Node
-from synth.workload import Access, BinOp, ReduceOp, Statement, Workload
+from synth.vectors import MIN_REUSE, contraction, pack_memory, packable_operand
+from synth.workload import Access, Statement, Workload
 
 if TYPE_CHECKING:
     from synth.emit.c import KernelWriter
 
-MIN_REUSE = 8  # uses per packed element while its tile stays in the cache
 MAX_PACK_BYTES = 1 << 28  # all instances of one packed tile
 ALIGN = 64  # bytes: a cache line, and an AVX-512 vector
 
@@ -109,28 +109,6 @@ def divisible(value: Affine, by: int) -> bool:
     return value.const % by == 0 and all(c % by == 0 for _, c in value.terms)
 
 
-def contraction(stmt: Statement) -> tuple[Access, Access] | None:
-    """The two operands of `T[..] += X[..] * Y[..]` (distinct tensors), else None."""
-    expr = stmt.expr
-    if (stmt.op is not ReduceOp.ADD or not stmt.reduced or not isinstance(expr, BinOp)
-            or expr.op != "*" or not isinstance(expr.lhs, Access)
-            or not isinstance(expr.rhs, Access) or expr.lhs.tensor == expr.rhs.tensor):
-        return None
-    return expr.lhs, expr.rhs
-
-
-def pack_memory(hw: Hardware) -> str | None:
-    """The units' private cache where operand tiles are packed: the outermost memory of
-    the level below the root (`cpu`: each core's L2)."""
-    if len(hw.levels) < 2:
-        return None
-    level = hw.levels[1].name
-    for mem in hw.memories[1:-1]:  # neither the root nor the registers
-        if mem.level == level:
-            return mem.name
-    return None
-
-
 def plan_packs(kernel: Kernel, workload: Workload, hw: Hardware,
                decls: Mapping[str, BufferDecl], parents: Mapping[str, str],
                vectorised: Callable[[Statement, Sequence[str], Sequence[int]], bool]
@@ -169,13 +147,10 @@ def plan_packs(kernel: Kernel, workload: Workload, hw: Hardware,
 def _pack(stmt: Statement, access: Access, tile: BufferDecl, reg: BufferDecl,
           target: BufferDecl | None, parallel: tuple[tuple[str, int], ...]) -> Pack | None:
     dims = tile.dims
-    if (len(set(access.indices)) != len(access.indices) or reg.dims != dims
-            or tuple(access.indices) != dims):
+    if not packable_operand(stmt, access) or reg.dims != dims or tuple(access.indices) != dims:
         return None
     free = tuple(d for d in dims if d in stmt.indices)
     reduced = tuple(d for d in dims if d in stmt.reduced)
-    if not free or not reduced or len(free) + len(reduced) != len(dims):
-        return None
     block = {d: reg.shape[dims.index(d)] for d in free}
     for d in free:
         axis = dims.index(d)
