@@ -10,10 +10,6 @@ from synth.hardware import Hardware
 from synth.workload import Access, BinOp, Call, DType, ReduceOp, Statement
 from synth.workload import walk as expr_nodes
 
-# A contraction's operand tile in the units' private cache is packed (`synth.emit.c_pack`)
-# when each of its elements is used at least this many times while the tile stays there.
-MIN_REUSE = 8
-
 # the dtypes with vector arithmetic in synth_vec.h, and the functions it has for each
 VECTOR_FUNCTIONS: Mapping[DType, frozenset[str]] = {
     DType.F32: frozenset(("exp", "log", "sqrt", "rsqrt", "recip", "tanh", "abs", "relu",

@@ -21,9 +21,10 @@ packed, instead of at every register tile). Elements of a tile past the tensor's
 are packed as 0 (the emitted code never reads them: ragged register tiles take the
 scalar path).
 
-A tile is packed only when each of its elements is used at least `MIN_REUSE` times
-while it stays in the cache (the copy is then a small share of the compute), has both
-a free and a reduced dimension, and is never written by the kernel. The buffers are
+Every such tile with both a free and a reduced dimension that the kernel never writes
+is packed, as the cost model charges it (`synth.constraints.roofline.packing_cost`:
+the copies are the core's work, so the solver picks cache tiles that reuse each packed
+element enough). `PACKING = False` turns packing off (the tests' unpacked path). The buffers are
 file-scope, allocated on the first call (one per parallel unit) and kept for the
 process's lifetime, so repeated calls pay no page faults.
 """
@@ -38,12 +39,13 @@ from typing import TYPE_CHECKING
 from synth.emit.cstyle import Code
 from synth.hardware import Hardware
 from synth.ir.nodes import Affine, Alloc, BufferDecl, Compute, Kernel, Loop, LoopKind, Node
-from synth.vectors import MIN_REUSE, contraction, pack_memory, packable_operand
+from synth.vectors import contraction, pack_memory, packable_operand
 from synth.workload import Access, Statement, Workload
 
 if TYPE_CHECKING:
     from synth.emit.c import KernelWriter
 
+PACKING = True
 MAX_PACK_BYTES = 1 << 28  # all instances of one packed tile
 ALIGN = 64  # bytes: a cache line, and an AVX-512 vector
 
@@ -115,7 +117,7 @@ def plan_packs(kernel: Kernel, workload: Workload, hw: Hardware,
                ) -> dict[str, Pack]:
     """The cache tiles of `kernel` to pack, by buffer name (see the module's doc)."""
     memory = pack_memory(hw)
-    if memory is None:
+    if memory is None or not PACKING:
         return {}
     written = {workload.statement(s).target for s in kernel.statements}
     parallel = _parallel_around(kernel.body, ())
@@ -126,7 +128,6 @@ def plan_packs(kernel: Kernel, workload: Workload, hw: Hardware,
         operands = contraction(stmt)
         if operands is None or not vectorised(stmt, node.dims, node.tile):
             continue
-        target = _ancestor(node.out, memory, decls, parents)
         for access in operands:
             if access.tensor in written:
                 continue
@@ -134,8 +135,7 @@ def plan_packs(kernel: Kernel, workload: Workload, hw: Hardware,
             tile_name = _ancestor(reg.name, memory, decls, parents)
             if tile_name is None or tile_name in refused:
                 continue
-            pack = _pack(stmt, access, decls[tile_name], reg,
-                         decls[target] if target else None, parallel.get(tile_name, ()))
+            pack = _pack(stmt, access, decls[tile_name], reg, parallel.get(tile_name, ()))
             if pack is None or (tile_name in found and found[tile_name] != pack):
                 refused.add(tile_name)
                 found.pop(tile_name, None)
@@ -145,7 +145,7 @@ def plan_packs(kernel: Kernel, workload: Workload, hw: Hardware,
 
 
 def _pack(stmt: Statement, access: Access, tile: BufferDecl, reg: BufferDecl,
-          target: BufferDecl | None, parallel: tuple[tuple[str, int], ...]) -> Pack | None:
+          parallel: tuple[tuple[str, int], ...]) -> Pack | None:
     dims = tile.dims
     if not packable_operand(stmt, access) or reg.dims != dims or tuple(access.indices) != dims:
         return None
@@ -157,13 +157,8 @@ def _pack(stmt: Statement, access: Access, tile: BufferDecl, reg: BufferDecl,
         if tile.shape[axis] % block[d] or not divisible(reg.origin[axis] - tile.origin[axis],
                                                         block[d]):
             return None
-    if target is None:
-        return None
-    reuse = math.prod(target.shape[target.dims.index(d)] for d in stmt.indices
-                      if d not in dims and d in target.dims)
     pack = Pack(tile, free, reduced, block, parallel)
-    if reuse < MIN_REUSE or pack.elements * pack.instances * tile.dtype.itemsize \
-            > MAX_PACK_BYTES:
+    if pack.elements * pack.instances * tile.dtype.itemsize > MAX_PACK_BYTES:
         return None
     return pack
 
