@@ -71,15 +71,47 @@ def _dst_table(value: object, dtypes: tuple[str, ...], where: Any) -> dict[str, 
 
 
 
+def is_statistic(indices: Sequence[str], others: Iterable[Sequence[str]]) -> bool:
+    """A tensor of rank r >= 2 indexed as the first r indices of a rank r + 1 access (a
+    row statistic of a batched matrix: `m[b, h, i]` of `sc[b, h, i, j]`): like a vector
+    of a matrix's rows, a column of tiles, its leading indices batch dimensions."""
+    return len(indices) >= 2 and any(len(o) == len(indices) + 1 and
+                                     tuple(o[:-1]) == tuple(indices) for o in others)
+
+
 def tile_units(indices: Iterable[Sequence[str]], edge: int) -> dict[str, int]:
     """Each index some tensor (given by its subscripts) is tiled along -> elements per tile
     along it: E for the last two indices of a matrix (a vector indexed by one of them, a
     row's statistic, is a column of tiles: tt-lang's row reductions leave it in column
-    0), E*E for the index of vectors alone (32x32 tiles of a flat vector)."""
-    subscripts = list(indices)
-    in_matrix = {d for ix in subscripts if len(ix) > 1 for d in ix[-2:]}
+    0), E*E for the index of vectors alone (32x32 tiles of a flat vector). The leading
+    indices of a tensor of rank 3 or more (batch, heads) are not tiled, nor those of a
+    batched row statistic (`is_statistic`), whose last index is a column of tiles."""
+    subscripts = [tuple(ix) for ix in indices]
+    stats = [ix for ix in subscripts if is_statistic(ix, subscripts)]
+    in_matrix = {d for ix in subscripts if len(ix) > 1 and ix not in stats for d in ix[-2:]}
+    in_matrix |= {ix[-1] for ix in stats}
     in_vector = {ix[0] for ix in subscripts if len(ix) == 1}
     return {d: edge for d in in_matrix} | {d: edge * edge for d in in_vector - in_matrix}
+
+
+def batch_dims(indices: Iterable[Sequence[str]], edge: int) -> tuple[str, ...]:
+    """The indices no tensor is tiled along (`tile_units`): the leading, batch and head,
+    indices of tensors of rank 3 or more, in order of first appearance."""
+    subscripts = [tuple(ix) for ix in indices]
+    units = tile_units(subscripts, edge)
+    return tuple(dict.fromkeys(d for ix in subscripts for d in ix if d not in units))
+
+
+def block_tiles(indices: Sequence[str], block: Mapping[str, int], units: Mapping[str, int]
+                ) -> int:
+    """Tiles a block of a tensor indexed by `indices` spans (`block`: elements along each
+    index; `units`: `tile_units`): one per element of a batch index, whole tiles along the
+    tiled ones (a column of tiles: one per E rows), at least one (a scalar)."""
+    tiles = 1
+    for d in indices:
+        unit = units.get(d, 1)
+        tiles *= -(-block[d] // unit)
+    return tiles
 
 
 def tiled_extent(extent: int, unit: int) -> int:

@@ -5,6 +5,7 @@ leave several blocks per node or several nodes."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from pathlib import Path
@@ -15,9 +16,11 @@ from typer.testing import CliRunner
 from synth import pipeline
 from synth.cli import app
 from synth.constraints.dst import model_dram_tiles
+from synth.emit import ttlang
 from synth.emit.targets import target
 from synth.emit.ttlang import program_source
 from synth.emit.ttlang_check import TtlangCheck, check_ttlang
+from synth.ir.nodes import Affine, Alloc, BufferDecl, walk
 
 pytest.importorskip("ttl")
 
@@ -31,6 +34,18 @@ C[m, n]  = 0
 C[m, n] += A[m, k] * B[k, n]
 """
 SPLIT_K = ("fuse.C#1_C#2=1", "Q.C#1_C#2.k=32")  # an accumulator over 4 blocks of k
+BATCHED = """size B = 3
+size M = 64
+size N = 64
+size K = 32
+in  A : f32[B, M, K]
+in  W : f32[B, K, N]
+out Y : f32[B, M, N]
+C[b, m, n] += A[b, m, k] * W[b, k, n]
+r[b, m]   max= C[b, m, n]
+Y[b, m, n]  = (C[b, m, n] - r[b, m]) * 0.5
+"""
+MHA = {"B": 2, "H": 2, "S": 64, "E": 32}
 
 
 def _emit(workload: str, sizes: dict[str, int], out: Path, fixes: tuple[str, ...] = ()
@@ -51,6 +66,8 @@ def _matmul(tmp_path: Path) -> Path:
     ("fa6", {"S": 64, "D": 64}, 4),  # 64x64 of O
     ("attention", {"S": 64, "D": 32}, 14),  # row max, exp, row sum, P V, normalise
     ("softmax", {"N": 4096}, 10),  # scalar max and sum of a flat vector
+    # batch and heads: [2, 2, 64, 32] tensors as 256 x 32 views, a block per (b, h)
+    ("mha", {"B": 2, "H": 2, "S": 64, "E": 32}, 56),
 ])
 def test_builtin_is_simulated_with_the_schedules_traffic(
         workload: str, sizes: dict[str, int], written: int, tmp_path: Path) -> None:
@@ -128,6 +145,7 @@ def test_json_keys_and_exit_codes(tmp_path: Path) -> None:
     integers = runner.invoke(app, ["solve", "va", "--hw", "wormhole", "--set", "N=4096",
                                    "--emit", "ttlang", "--out", str(tmp_path / "v")])
     assert integers.exit_code == 2 and "is i32" in integers.output
+    assert "no integer dtype" in integers.output
     assert "Traceback" not in padded.output + integers.output
 
 
@@ -141,3 +159,74 @@ def test_the_emitted_program_is_readable_and_named_after_the_tensors(tmp_path: P
         assert name in source, name
     assert target("ttlang").name == "ttlang"
     shutil.rmtree(out)
+
+
+def test_rank_3_tensors_and_a_batched_row_statistic(tmp_path: Path) -> None:
+    """A batched matmul over [3, 64, 32] x [3, 32, 64], the row maxima r[b, m] (a
+    column of 3 x 64 rows) and a scaled difference: simulated, the model's traffic."""
+    path = tmp_path / "bmm.syn"
+    path.write_text(BATCHED)
+    out = tmp_path / "out"
+    outcome = _emit(str(path), {}, out)
+    check = outcome.emitted.check if outcome.emitted else None
+    assert isinstance(check, TtlangCheck) and check.passed, check
+    assert (check.dram_tiles_read, check.dram_tiles_written) == (
+        check.model_tiles_read, check.model_tiles_written) == model_dram_tiles(
+        outcome.model, outcome.result.env or {})
+    source = (out / "program.py").read_text()
+    assert "# A[3, 64, 32] viewed as 192 x 32" in source
+    assert "# r[3, 64] viewed as 192 x 32" in source
+    assert "'r': (64, 32, False, True, (3, 64), (3,))" in source  # a batched column
+
+
+def test_a_wrong_view_of_the_heads_is_caught(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                             ) -> None:
+    """mha with the leading indices' stride wrong (every batch reads batch 0's heads):
+    the copies stay in bounds and move the same tiles, and the outputs differ."""
+    out = tmp_path / "out"
+    outcome = _emit("mha", MHA, out)
+    assert outcome.program is not None
+    good = ttlang.view_row
+
+    def wrong(decl: BufferDecl, layout: ttlang.Layout) -> Affine:
+        if not layout.lead:
+            return good(decl, layout)
+        last = decl.origin[len(layout.lead) - 1]  # the head only: the batch index dropped
+        return decl.origin[len(layout.lead)] + Affine(
+            tuple((v, c * layout.rows) for v, c in last.terms), last.const * layout.rows)
+
+    monkeypatch.setattr(ttlang, "view_row", wrong)
+    (out / "program.py").write_text(ttlang.program_source(outcome.program, outcome.workload))
+    broken = check_ttlang(out)
+    assert broken.ran and not broken.passed and "O: DIFFERS" in broken.log, broken.log
+    assert (broken.dram_tiles_read, broken.dram_tiles_written) == (
+        broken.model_tiles_read, broken.model_tiles_written)
+
+
+def test_a_block_of_several_heads_is_refused(tmp_path: Path) -> None:
+    """The emitter takes one leading index per block (the model's `tile` constraint); a
+    block of two heads is exit 2, not a wrong kernel."""
+    out = tmp_path / "out"
+    outcome = _emit("mha", MHA, out)
+    assert outcome.program is not None
+    decl = next(n.buffer for k in outcome.program.kernels for n in walk(k.body)
+                if isinstance(n, Alloc) and n.buffer.tensor == "Q")
+    lay = ttlang.layouts(outcome.program, outcome.workload)
+    two = dataclasses.replace(decl, shape=(1, 2, *decl.shape[2:]))
+    with pytest.raises(ttlang.EmitError, match="holds \\(1, 2\\) of Q's leading"):
+        ttlang.tile_slice(two, lay["Q"])
+
+
+def test_a_reduction_split_in_steps_into_a_loaded_target(tmp_path: Path) -> None:
+    """mha's scores with e split in two steps (E=64, 32 per block), the target read from
+    DRAM (filled with 0 before): the loaded block starts an accumulator with two blocks
+    (one buffer stored into twice per wait deadlocked, as at mha's default size)."""
+    out = tmp_path / "out"
+    outcome = _emit("mha", {"B": 1, "H": 2, "S": 64, "E": 64}, out, ("Q.sc.e=32",))
+    check = outcome.emitted.check if outcome.emitted else None
+    assert isinstance(check, TtlangCheck) and check.passed, check
+    assert (check.dram_tiles_read, check.dram_tiles_written) == (
+        check.model_tiles_read, check.model_tiles_written) == model_dram_tiles(
+        outcome.model, outcome.result.env or {})
+    source = (out / "program.py").read_text()
+    assert "acc.store(sc_l1_in)" in source and "for g_e in range(2):" in source

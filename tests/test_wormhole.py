@@ -19,6 +19,7 @@ from synth.hwfile import load_hardware
 from synth.ir.nodes import Compute, walk
 from synth.lang import parse_workload
 from synth.pipeline import encode
+from synth.tiles import batch_dims, block_tiles, tile_units
 
 FA6 = Case.of("fa6", "wormhole", {"S": 128, "D": 64})
 FUSED = "kt_s_u_p_r_O"
@@ -121,3 +122,29 @@ def test_a_kernel_has_at_most_32_dataflow_buffers(inputs: int, status: Status) -
     assert cpsat.solve(model.constraints, 60.0).status is status
     [count] = [c for c in model.constraints.constraints if c.group == "count.buffers"]
     assert f"{inputs + 1} dataflow buffers" in count.meaning
+
+
+def test_batch_and_head_dimensions_are_not_tiled_and_hold_one_index_per_block() -> None:
+    """mha's [B, H, S, E] tensors are tiled along S and E only; a row statistic m[b, h, i]
+    of sc[b, h, i, j] is a column of tiles along i (h is not padded to a tile); the `tile`
+    family gives a block one b and one h, and the optimum honours it."""
+    workload = parse_workload(
+        "size B = 2\nsize H = 3\nsize S = 64\nin sc : f32[B, H, S, S]\nout m : f32[B, H, S]\n"
+        "m[b, h, i] max= sc[b, h, i, j]\n", "t.syn", "t")
+    hw = load_hardware("wormhole")
+    model = encode(workload, hw)
+    [kernel] = model.kernels
+    assert tiled_units(workload, kernel, 32) == {"i": 32, "j": 32}
+    assert tile_units([("b", "h", "i"), ("b", "h", "i", "j")], 32) == {"i": 32, "j": 32}
+    assert tile_units([("h", "s", "e"), ("h", "t", "e")], 32) == {"s": 32, "t": 32, "e": 32}
+    assert batch_dims([("b", "h", "i"), ("b", "h", "i", "j")], 32) == ("b", "h")
+    meanings = [c.meaning for c in model.constraints.constraints if c.group == "tile"]
+    assert any("a block holds one b" in m for m in meanings)
+    assert any("a block holds one h" in m for m in meanings)
+    result = cpsat.solve(model.constraints, 60.0)
+    assert result.status is Status.OPTIMAL and result.env is not None
+    assert result.env["ext.m.h"] == 3  # not padded to 32
+    assert result.env["Q.m.h"] == result.env["Q.m.b"] == 1
+    assert block_tiles(("b", "h", "i"), {"b": 1, "h": 2, "i": 64}, {"i": 32}) == 4
+    assert block_tiles(("i",), {"i": 64}, {"i": 32}) == 2  # a column: a tile per 32 rows
+    assert block_tiles(("k",), {"k": 2048}, {"k": 1024}) == 2  # a flat vector

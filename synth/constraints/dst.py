@@ -3,7 +3,9 @@
 
 On a model with `tile = E` (`synth.tiles`) data lives in E x E tiles: every dimension a
 tensor is tiled along (its last two indices; the one index of a vector, whose tiles hold
-E*E elements) has a compute tile that is a whole number of tiles (`tile`).
+E*E elements) has a compute tile that is a whole number of tiles (`tile`). The leading
+(batch, head) indices of tensors of rank 3 and 4 are not tiled: a block holds one of
+each (`tile`), as tt-lang's 2-D blocks do (`synth.emit.ttlang`).
 
 The compute of a kernel runs over *subblocks* of its output block held in the DST register
 file: `sub.<kernel>.<dim>` (a number of tiles, dividing the block) for the kernel's last two
@@ -36,7 +38,7 @@ from synth.constraints.space import KernelSpec, NamedConstraint
 if TYPE_CHECKING:
     from synth.constraints.cost import KernelTerms, Model
 from synth.errors import InputError
-from synth.tiles import tile_units
+from synth.tiles import block_tiles, tile_units
 from synth.workload import BinOp, Call, Statement, Workload, accesses
 
 MAX_BUFFERS = 32  # dataflow (circular) buffers per core [tt-mlir; tt-lang-sim warns past it]
@@ -146,6 +148,10 @@ def dst_constraints(workload: Workload, kernel: KernelSpec, block: dict[str, ex.
         "tile", f"kernel {kernel.name}: the block of {dim} is whole {edge}x{edge} tiles "
         f"({unit} elements)", ex.Cmp(ex.mod(block[dim], unit), "==", ex.ZERO))
         for dim, unit in units.items()]
+    out += [NamedConstraint(
+        "tile", f"kernel {kernel.name}: a block holds one {dim} (a batch dimension: "
+        "tt-lang blocks are 2-D, a tensor's leading dimensions are walked one at a time)",
+        ex.Cmp(block[dim], "==", ex.ONE)) for dim in kernel.dims if dim not in units]
     for dim, sub in subs.items():
         assert isinstance(sub, ex.Var)
         out += [NamedConstraint(  # sub != v or the block is whole subblocks of v tiles
@@ -208,7 +214,7 @@ def model_dram_tiles(model: Model, env: Mapping[str, int]) -> tuple[int, int]:
     """DRAM tiles the cost model moves at `env`: per chosen kernel and tensor moving into
     the innermost memory, its copies per unit (`cost.transfer_count`) x units x tiles per
     block; reads for tensors read, writes for tensors written (what `--emit ttlang`'s
-    simulator counts)."""
+    simulator counts), in tiles as `synth.tiles.block_tiles` counts them."""
     from synth.constraints.cost import KernelTerms, transfer_count
     edge = model.hw.compute.tiling.edge or 1
     read = written = 0
@@ -217,10 +223,11 @@ def model_dram_tiles(model: Model, env: Mapping[str, int]) -> tuple[int, int]:
         slot = len(kt.slots) - 1
         units = ex.evaluate(ex.mul(*(kt.units(s) for s in kt.spatial_inside(-1))), env) \
             if kt.spatial_inside(-1) else 1
+        per_dim = tiled_units(model.workload, kernel, edge)
         for use in kt.moving():
             copies = ex.evaluate(transfer_count(kt, use, slot), env) * units
-            elements = ex.evaluate(ex.mul(*(kt.tile(d, slot) for d in use.indices)), env)
-            tiles = copies * -(-elements // (edge * edge))
+            block = {d: ex.evaluate(kt.tile(d, slot), env) for d in use.indices}
+            tiles = copies * block_tiles(use.indices, block, per_dim)
             read += tiles if use.read else 0
             written += tiles if use.written else 0
     return read, written

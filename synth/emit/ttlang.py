@@ -17,16 +17,23 @@ the kernel's sequential loops. The loop nest is the materialised program (`synth
 Vectors are laid out as (N/32, 32) matrices (a tile holds 1024 consecutive elements),
 or, when a kernel indexes them by a matrix's row, as a column of tiles with the value in
 column 0 (where tt-lang's row reductions leave it); a scalar is one tile, its value at
-(0, 0). Tensors are padded with zeros to whole blocks. Supported: element-wise
-statements (`+ - * /`, exp, log, sqrt, rsqrt, recip, tanh, abs, max, min; an operand
-transposed, a row statistic or a scalar broadcast), matrix products, and row or
+(0, 0). Tensors of rank 3 and 4 (batch and heads: `mha`) are 2-D views: their leading
+indices stack the (padded) matrices along the rows, a [B, H, S, E] tensor is
+(B*H*S) x E and a row statistic [B, H, S] a column of B*H*S rows; the model's `tile`
+constraint gives a block one leading index, so the leading dimensions are loops over the
+grid or over blocks per core, and a block's statement is the 2-D one (`unbatched`).
+Tensors are padded with zeros to whole blocks. Supported: element-wise
+statements (`+ - * /`, constants, exp, log, sqrt, rsqrt, recip, tanh, abs, max, min; an
+operand transposed, a row statistic or a scalar broadcast), matrix products, and row or
 whole-vector sums and maxima (`ttl.math.reduce_sum/reduce_max`); other statements,
-integer tensors and reductions over padding are refused with exit 2.
+integer tensors (the simulator has no integer dtype) and reductions over padding are
+refused with exit 2.
 `ttlang_check.py` writes the driver's data and runs it under tt-lang's simulator.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -48,7 +55,19 @@ from synth.ir.nodes import (
     Store,
     walk,
 )
-from synth.workload import Access, BinOp, Call, Expr, Neg, Num, Statement, Workload
+from synth.tiles import is_statistic, tile_units
+from synth.workload import (
+    Access,
+    BinOp,
+    Call,
+    Expr,
+    Neg,
+    Num,
+    SizeRef,
+    Statement,
+    Workload,
+    accesses,
+)
 
 EDGE = 32  # elements per tile edge (the model's `tile`)
 # how an accumulation folds a block into its target, and its identity
@@ -69,12 +88,20 @@ class Layout:
     """A tensor in DRAM: its padded 2-D shape in elements; a vector is either flat
     (`vector`: 1024 consecutive elements per tile) or a column (`column`: a row statistic
     of a matrix, one element per row in column 0 of its tiles, as tt-lang's row
-    reductions leave it)."""
+    reductions leave it). A tensor of rank 3 or more (or a batched row statistic) has
+    leading dimensions (`lead`: batch, heads): its 2-D view stacks the (padded) matrices
+    of every leading index along the rows, (prod(lead) * rows) x cols, in C order."""
 
-    rows: int
+    rows: int  # per leading index
     cols: int
     vector: bool
     column: bool = False
+    lead: tuple[int, ...] = ()
+
+    @property
+    def height(self) -> int:
+        """Rows of the 2-D view."""
+        return math.prod(self.lead) * self.rows
 
 
 @dataclass
@@ -105,25 +132,30 @@ def layouts(program: Program, workload: Workload) -> dict[str, Layout]:
     for name, shape in ends.items():
         if not shape:  # a scalar: one tile, the value at (0, 0) (a full reduction's place)
             out[name] = Layout(EDGE, EDGE, False, False)
-        elif len(shape) == 1 and name in columns:
-            out[name] = Layout(-(-shape[0] // EDGE) * EDGE, EDGE, False, True)
+        elif name in columns:
+            out[name] = Layout(_pad(shape[-1], EDGE), EDGE, False, True, tuple(shape[:-1]))
         elif len(shape) == 1:
-            out[name] = Layout(-(-shape[0] // (EDGE * EDGE)) * EDGE, EDGE, True)
-        elif len(shape) == 2:
-            out[name] = Layout(-(-shape[0] // EDGE) * EDGE, -(-shape[1] // EDGE) * EDGE, False)
+            out[name] = Layout(_pad(shape[0], EDGE * EDGE) // EDGE, EDGE, True)
         else:
-            raise EmitError(f"--emit ttlang: tensor {name} has {len(shape)} dimensions; "
-                            "tt-lang operations here take vectors and matrices")
+            out[name] = Layout(_pad(shape[-2], EDGE), _pad(shape[-1], EDGE), False, False,
+                               tuple(shape[:-2]))
     return out
 
 
+def _pad(extent: int, unit: int) -> int:
+    return -(-extent // unit) * unit
+
+
 def _column_vectors(program: Program) -> set[str]:
-    """Vectors some kernel indexes by a dimension of a matrix it also touches."""
+    """Vectors some kernel indexes by a dimension of a matrix it also touches, and
+    batched row statistics (`synth.tiles.is_statistic`): columns of tiles."""
     out = set()
     for kernel in program.kernels:
         decls = [a for a, _ in _allocs(kernel.body, {})]
-        in_matrix = {d for a in decls if len(a.dims) == 2 for d in a.dims}
-        out |= {a.tensor for a in decls if len(a.dims) == 1 and a.dims[0] in in_matrix}
+        subscripts = [a.dims for a in decls]
+        units = tile_units(subscripts, EDGE)
+        out |= {a.tensor for a in decls if is_statistic(a.dims, subscripts) or
+                (len(a.dims) == 1 and units.get(a.dims[0]) == EDGE)}
     return out
 
 
@@ -166,6 +198,8 @@ def block_expr(expr: Expr, stmt: Statement, blocks: Mapping[str, str],
     elif isinstance(expr, Call) and expr.fn in ("max", "min") and len(expr.args) == 2:
         args = ", ".join(block_expr(a, stmt, blocks, space) for a in expr.args)
         return f"ttl.math.{expr.fn}({args})"
+    elif isinstance(expr, Num | SizeRef):  # a constant operand: a block of it
+        return f"ttl.block.fill({literal(expr.value)}, shape={shape})"
     raise EmitError(f"--emit ttlang: statement {stmt.name} ({_describe(expr)}) has no "
                     "tt-lang block form here (element-wise + - * /, exp, log, sqrt, "
                     "rsqrt, recip, tanh, abs, a transposed operand, or a matrix product)")
@@ -215,15 +249,34 @@ def statement_expr(stmt: Statement, blocks: Mapping[str, str], shape: tuple[int,
 
 
 def tile_slice(decl: BufferDecl, layout: Layout) -> str:
-    """The block's slice of its tensor, in tiles (origins are affine in loop variables)."""
+    """The block's slice of its tensor's 2-D view, in tiles (origins are affine in loop
+    variables): a block of a tensor with leading dimensions holds one leading index, its
+    rows offset by that index's matrix in the view."""
     if not decl.shape:
         return "[0:1, 0:1]"
-    if layout.vector or layout.column:
-        unit = EDGE if layout.column else EDGE * EDGE
-        return f"[{_tile_range(decl.origin[0], decl.shape[0], unit)}, 0:1]"
-    ranges = [_tile_range(origin, size, EDGE)
-              for origin, size in zip(decl.origin, decl.shape, strict=True)]
-    return f"[{', '.join(ranges)}]"
+    if layout.vector:
+        return f"[{_tile_range(decl.origin[0], decl.shape[0], EDGE * EDGE)}, 0:1]"
+    row = view_row(decl, layout)
+    if layout.column:
+        return f"[{_tile_range(row, decl.shape[-1], EDGE)}, 0:1]"
+    return (f"[{_tile_range(row, decl.shape[-2], EDGE)}, "
+            f"{_tile_range(decl.origin[-1], decl.shape[-1], EDGE)}]")
+
+
+def view_row(decl: BufferDecl, layout: Layout) -> Affine:
+    """The first row of `decl`'s block in its tensor's 2-D view, in elements: each leading
+    index times the rows of the matrices after it, plus the row within the matrix."""
+    lead = len(layout.lead)
+    if any(size != 1 for size in decl.shape[:lead]):
+        raise EmitError(f"--emit ttlang: buffer {decl.name} holds {decl.shape[:lead]} of "
+                        f"{decl.tensor}'s leading (batch) dimensions; a tt-lang block here "
+                        "holds one (the model's `tile` constraint)")
+    row = decl.origin[lead]
+    for axis, origin in enumerate(decl.origin[:lead]):
+        stride = math.prod(layout.lead[axis + 1:]) * layout.rows
+        row = row + Affine(tuple((v, c * stride) for v, c in origin.terms),
+                           origin.const * stride)
+    return row
 
 
 def _tile_range(origin: Affine, size: int, unit: int) -> str:
@@ -238,14 +291,46 @@ def _tile_range(origin: Affine, size: int, unit: int) -> str:
 
 
 def block_shape(decl: BufferDecl, layout: Layout) -> tuple[int, int]:
+    """The block's shape in tiles (rows, cols) of its tensor's 2-D view."""
     if not decl.shape:
         return 1, 1
-    if len(decl.shape) == 1:
-        return -(-decl.shape[0] // (EDGE if layout.column else EDGE * EDGE)), 1
-    if len(decl.shape) == 2:
-        return decl.shape[0] // EDGE, decl.shape[1] // EDGE
-    raise EmitError(f"--emit ttlang: buffer {decl.name} is {len(decl.shape)}-D; tt-lang "
-                    "blocks here are vectors and matrices")
+    if layout.vector or layout.column:
+        return -(-decl.shape[-1] // (EDGE if layout.column else EDGE * EDGE)), 1
+    return decl.shape[-2] // EDGE, decl.shape[-1] // EDGE
+
+
+def block_tile_count(decl: BufferDecl, layout: Layout) -> int:
+    """Tiles one copy of the block moves (what the simulator counts)."""
+    rows, cols = block_shape(decl, layout)
+    return rows * cols * math.prod(decl.shape[:len(layout.lead)])
+
+
+def unbatched(stmt: Statement, lay: Mapping[str, Layout]) -> Statement:
+    """The statement without the leading (batch, head) indices of its tensors: a block
+    holds one of each (`view_row`), so its compute is the 2-D statement."""
+    uses = [(stmt.target, stmt.indices), *((a.tensor, a.indices) for a in accesses(stmt.expr))]
+    batch = {d for t, ix in uses for d in ix[:len(lay[t].lead)]}
+    if not batch:
+        return stmt
+    clash = sorted(batch & {d for t, ix in uses for d in ix[len(lay[t].lead):]})
+    if clash:
+        raise EmitError(f"--emit ttlang: statement {stmt.name} indexes a leading (batch) "
+                        f"dimension of one tensor by {clash[0]}, which another tensor is "
+                        "tiled along; not emitted for tt-lang")
+
+    def strip(expr: Expr) -> Expr:
+        if isinstance(expr, Access):
+            return Access(expr.tensor, tuple(d for d in expr.indices if d not in batch))
+        if isinstance(expr, BinOp):
+            return BinOp(expr.op, strip(expr.lhs), strip(expr.rhs))
+        if isinstance(expr, Neg):
+            return Neg(strip(expr.arg))
+        if isinstance(expr, Call):
+            return Call(expr.fn, tuple(strip(a) for a in expr.args))
+        return expr
+    return dataclasses.replace(
+        stmt, indices=tuple(d for d in stmt.indices if d not in batch), expr=strip(stmt.expr),
+        reduced=tuple(d for d in stmt.reduced if d not in batch))
 
 
 def _affine(value: Affine) -> str:
@@ -273,6 +358,12 @@ def operation_source(program: Program, workload: Workload, kernel: Kernel,
     lines = [f"@ttl.operation(grid=({cols}, {rows}))",
              f"def {_ident(kernel.name)}({', '.join(tensors)}):"]
     lines += [f"{INDENT}# schedule: kernel {kernel.name}, grid {cols} cols x {rows} rows"]
+    for name in tensors:
+        if lay[name].lead:
+            shape = ctx.workload.tensors[name].shape
+            lines.append(f"{INDENT}# {name}{list(shape)} viewed as {lay[name].height} x "
+                         f"{lay[name].cols} (one block per leading index: rows "
+                         f"{'x'.join(map(str, lay[name].lead))} x {lay[name].rows})")
     for name, decl in ctx.decls.items():
         dfbs = [(name, decl.buffers)]
         if name in ctx.rmw:
@@ -415,8 +506,12 @@ def _compute(ctx: Ctx, body: tuple[Node, ...], depth: int, opened: frozenset[str
         rest = body[index + 1:]
         if isinstance(node, Load):
             block = f"{node.dst}_in" if node.dst in ctx.rmw else node.dst
-            return [*lines, f"{pad}with {block}_dfb.wait() as {block}:",
-                    *_compute(ctx, rest, depth + 1, opened | {block})]
+            lines.append(f"{pad}with {block}_dfb.wait() as {block}:")
+            if node.dst in ctx.rmw and _accumulated_in_loop(node.dst, rest):
+                ctx.accumulators.add(node.dst)  # the loaded block starts the accumulator
+                lines += [f"{pad}{INDENT}with {node.dst}_acc_dfb.reserve() as acc:",
+                          f"{pad}{INDENT * 2}acc.store({block})"]
+            return [*lines, *_compute(ctx, rest, depth + 1, opened | {block})]
         if isinstance(node, Loop):
             inner = _compute(ctx, node.body, depth + 1, opened) or [f"{pad}{INDENT}pass"]
             lines += [f"{pad}for {node.var.name} in range({node.var.extent}):", *inner]
@@ -460,6 +555,13 @@ def _dfb(ctx: Ctx, buffer: str) -> str:
     return f"{buffer}_acc_dfb" if buffer in ctx.accumulators else f"{buffer}_dfb"
 
 
+def _accumulated_in_loop(buffer: str, rest: tuple[Node, ...]) -> bool:
+    """A loaded block that a loop after its load accumulates into (a reduction split in
+    steps, its target read from DRAM): it needs the accumulator pattern."""
+    return any(isinstance(n, Loop) and any(isinstance(c, Compute) and c.out == buffer
+                                           for c in walk(n.body)) for n in rest)
+
+
 def _read_later(buffer: str, rest: tuple[Node, ...]) -> bool:
     return any(isinstance(n, Compute) and buffer in n.operands.values() for n in walk(rest))
 
@@ -490,7 +592,7 @@ def _folded(ctx: Ctx, buffer: str, value: float | int, rest: tuple[Node, ...]) -
 
 
 def _compute_node(ctx: Ctx, node: Compute, pad: str) -> list[str]:
-    stmt = ctx.workload.statement(node.statement)
+    stmt = unbatched(ctx.workload.statement(node.statement), ctx.lay)
     space = None
     if stmt.reduced and len(stmt.indices) == 1:  # a row reduction: the operand's block
         sizes = dict(zip(node.dims, node.tile, strict=True))
@@ -500,12 +602,12 @@ def _compute_node(ctx: Ctx, node: Compute, pad: str) -> list[str]:
         space = _shape(ctx, operand.name)
     expr = statement_expr(stmt, dict(node.operands), _shape(ctx, node.out), space)
     out = node.out
-    if out in ctx.rmw and stmt.op.value in _COMBINE:
-        return [f"{pad}with {out}_dfb.reserve() as out:",
-                f"{pad}{INDENT}out.store({_COMBINE[stmt.op.value].format(out + '_in', expr)})"]
     if out in ctx.accumulators and stmt.reduced:
         return [f"{pad}with {out}_acc_dfb.wait() as pre, {out}_acc_dfb.reserve() as acc:",
                 f"{pad}{INDENT}acc.store({_COMBINE[stmt.op.value].format('pre', expr)})"]
+    if out in ctx.rmw and stmt.op.value in _COMBINE:
+        return [f"{pad}with {out}_dfb.reserve() as out:",
+                f"{pad}{INDENT}out.store({_COMBINE[stmt.op.value].format(out + '_in', expr)})"]
     return [f"{pad}with {out}_dfb.reserve() as out:", f"{pad}{INDENT}out.store({expr})"]
 
 
@@ -519,32 +621,34 @@ device = ttnn.open_device(device_id=0)
 
 
 def to_device(array, name):
-    rows, cols, vector, column, shape = LAYOUT[name]
-    padded = torch.full((rows, cols), INIT.get(name, 0.0), dtype=torch.float32)
+    rows, cols, vector, column, shape, lead = LAYOUT[name]
+    padded = torch.full((*lead, rows, cols), INIT.get(name, 0.0), dtype=torch.float32)
     data = torch.from_numpy(np.ascontiguousarray(array, dtype=np.float32))
+    within = tuple(slice(0, n) for n in shape)  # the tensor in its padded matrices
     if vector:
         padded.view(-1)[:data.numel()] = data
     elif column:
-        padded[:shape[0], 0] = data
+        padded[within + (0,)] = data
     elif not shape:
         padded[0, 0] = data
     else:
-        padded[:shape[0], :shape[1]] = data
+        padded[within] = data
+    padded = padded.reshape(-1, cols)  # the 2-D view: leading indices stacked along rows
     return ttnn.from_torch(padded.to(getattr(torch, DTYPES[name])),
                            dtype=getattr(ttnn, DTYPES[name]), layout=ttnn.TILE_LAYOUT,
                            device=device, memory_config=ttnn.DRAM_MEMORY_CONFIG)
 
 
 def from_device(tensor, name):
-    rows, cols, vector, column, shape = LAYOUT[name]
+    rows, cols, vector, column, shape, lead = LAYOUT[name]
     data = ttnn.to_torch(tensor).float().numpy()
     if vector:
         return data.reshape(-1)[:shape[0]]
-    if column:
-        return data[:shape[0], 0]
     if not shape:
         return data[0, 0]
-    return data[:shape[0], :shape[1]]
+    data = data.reshape(*lead, rows, cols)
+    within = tuple(slice(0, n) for n in shape)
+    return data[within + (0,)] if column else data[within]
 
 
 def main():
@@ -566,14 +670,16 @@ main()
 def check_padding(workload: Workload, lay: Mapping[str, Layout]) -> None:
     """Blocks read the zeros that pad a tensor to whole blocks: harmless element-wise and
     in matrix products, wrong in a sum of exponentials or a maximum, so a reduction may not
-    read a padded tensor."""
+    read a tensor whose matrices (or vector) are padded."""
     for stmt in workload.statements:
         if not stmt.reduced or contraction(stmt) is not None:
             continue
         for name in stmt.inputs:
             layout, shape = lay[name], workload.tensors[name].shape
+            # per leading index: a padded leading index is a matrix of its own, never
+            # reduced with the others
             size = layout.rows if layout.column else layout.rows * layout.cols
-            if shape and size > math.prod(shape):
+            if shape and size > math.prod(shape[len(layout.lead):]):
                 raise EmitError(f"--emit ttlang: statement {stmt.name} reduces {name}, "
                                 f"which is padded to whole blocks ({shape} -> "
                                 f"{layout.rows}x{layout.cols}); not emitted for tt-lang "
@@ -590,14 +696,16 @@ def program_source(program: Program, workload: Workload, accumulator_blocks: int
     for tensor in workload.tensors.values():
         if tensor.dtype.value not in TORCH_DTYPES:
             raise EmitError(f"--emit ttlang: tensor {tensor.name} is {tensor.dtype.value}; "
-                            f"emitted tt-lang takes {', '.join(TORCH_DTYPES)}")
+                            f"emitted tt-lang takes {', '.join(TORCH_DTYPES)}: tt-lang's "
+                            "simulator (tt-lang-sim 1.1.6) has no integer dtype (its ttnn "
+                            "offers float32, bfloat16, float16, bfloat8_b; no ttnn.int32)")
     lay = layouts(program, workload)
     check_padding(workload, lay)
     head = [f"# generated by synth: {program.workload} on {program.hardware}, "
             f"{len(program.kernels)} tt-lang operation(s); run with tt-lang-sim program.py",
             "import json  # noqa: F401", "from pathlib import Path", "",
             "import numpy as np", "import torch", "import ttnn", "", "import ttl", ""]
-    layout = {n: (v.rows, v.cols, v.vector, v.column, workload.tensors[n].shape)
+    layout = {n: (v.rows, v.cols, v.vector, v.column, workload.tensors[n].shape, v.lead)
               for n, v in lay.items()}
     head += [f"LAYOUT = {layout!r}",
              f"DTYPES = { {n: TORCH_DTYPES[t.dtype.value] for n, t in workload.tensors.items()}!r}",

@@ -9,28 +9,32 @@ from pathlib import Path
 
 import numpy as np
 
-from synth.emit.ttlang import EDGE, program_source
+from synth.emit.ttlang import block_tile_count, layouts, program_source
 from synth.emit.ttlang_check import MODEL, TtlangCheck, check_ttlang, require_simulator
 from synth.errors import InputError
 from synth.hardware import Hardware
-from synth.ir.nodes import Alloc, BufferDecl, Load, Loop, Node, Program, Store, walk
+from synth.ir.nodes import Alloc, Load, Loop, Node, Program, Store, walk
 from synth.workload import Workload
 
 CHECK_KEYS = ("passed", "pcc", "max_abs_err", "dram_tiles_read", "dram_tiles_written",
               "model_tiles_read", "model_tiles_written")
 
 
-def schedule_tiles(program: Program) -> tuple[int, int]:
+def schedule_tiles(program: Program, workload: Workload) -> tuple[int, int]:
     """DRAM tiles the schedule reads and writes: every block copy times the iterations
-    of the loops around it (parallel loops: once per node), in 32x32 tiles."""
+    of the loops around it (parallel loops: once per node), in 32x32 tiles of each
+    tensor's layout (`block_tile_count`)."""
     read = written = 0
+    lay = layouts(program, workload)
     for kernel in program.kernels:
         decls = {n.buffer.name: n.buffer for n in walk(kernel.body) if isinstance(n, Alloc)}
         for node, times in _executions(kernel.body, 1):
             if isinstance(node, Load):
-                read += times * _tiles(decls[node.dst])
+                decl = decls[node.dst]
+                read += times * block_tile_count(decl, lay[decl.tensor])
             elif isinstance(node, Store):
-                written += times * _tiles(decls[node.src])
+                decl = decls[node.src]
+                written += times * block_tile_count(decl, lay[decl.tensor])
     return read, written
 
 
@@ -40,13 +44,6 @@ def _executions(body: tuple[Node, ...], times: int) -> Iterator[tuple[Node, int]
             yield from _executions(node.body, times * node.var.extent)
         else:
             yield node, times
-
-
-def _tiles(decl: BufferDecl) -> int:
-    elements = 1
-    for size in decl.shape:
-        elements *= size
-    return -(-elements // (EDGE * EDGE))
 
 
 class TtlangTarget:
@@ -67,7 +64,7 @@ class TtlangTarget:
         data.mkdir(parents=True, exist_ok=True)
         files = [out_dir / "program.py", out_dir / MODEL]
         files[0].write_text(source, encoding="utf-8")
-        read, written = schedule_tiles(program)
+        read, written = schedule_tiles(program, workload)
         files[1].write_text(json.dumps({
             "tiles_read": read, "tiles_written": written,
             "outputs": {t.name: t.dtype.value for t in workload.outputs}}, indent=1) + "\n",
