@@ -31,6 +31,8 @@ REDUCED = {  # small, with several nodes or several blocks per node
     "gemm2k": {"M": 64, "N": 64, "K": 64}, "matmul": {"M": 64, "N": 64, "K": 128},
     "mv": {"M": 64, "N": 128}, "red": {"N": 4096}, "softmax": {"N": 4096},
     "va": {"N": 4096}, "mha": {"B": 2, "H": 2, "S": 64, "E": 32},
+    "rmsnorm": {"S": 64, "D": 64}, "layernorm": {"S": 64, "D": 64},
+    "swiglu": {"S": 64, "D": 64, "F": 64},
 }
 MM_F32 = """size M = 64
 size N = 64

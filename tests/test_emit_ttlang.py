@@ -68,6 +68,10 @@ def _matmul(tmp_path: Path) -> Path:
     ("softmax", {"N": 4096}, 10),  # scalar max and sum of a flat vector
     # batch and heads: [2, 2, 64, 32] tensors as 256 x 32 views, a block per (b, h)
     ("mha", {"B": 2, "H": 2, "S": 64, "E": 32}, 56),
+    # a scale g[d] as a row of tiles broadcast down the rows (a column layout differs)
+    ("rmsnorm", {"S": 64, "D": 64}, 6),
+    ("layernorm", {"S": 64, "D": 64}, 12),
+    ("swiglu", {"S": 64, "D": 64, "F": 64}, 12),
 ])
 def test_builtin_is_simulated_with_the_schedules_traffic(
         workload: str, sizes: dict[str, int], written: int, tmp_path: Path) -> None:
@@ -176,7 +180,7 @@ def test_rank_3_tensors_and_a_batched_row_statistic(tmp_path: Path) -> None:
     source = (out / "program.py").read_text()
     assert "# A[3, 64, 32] viewed as 192 x 32" in source
     assert "# r[3, 64] viewed as 192 x 32" in source
-    assert "'r': (64, 32, False, True, (3, 64), (3,))" in source  # a batched column
+    assert "'r': (64, 32, False, True, (3, 64), (3,), False)" in source  # batched column
 
 
 def test_a_wrong_view_of_the_heads_is_caught(tmp_path: Path, monkeypatch: pytest.MonkeyPatch

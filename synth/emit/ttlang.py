@@ -16,7 +16,8 @@ the kernel's sequential loops. The loop nest is the materialised program (`synth
 
 Vectors are laid out as (N/32, 32) matrices (a tile holds 1024 consecutive elements),
 or, when a kernel indexes them by a matrix's row, as a column of tiles with the value in
-column 0 (where tt-lang's row reductions leave it); a scalar is one tile, its value at
+column 0 (where tt-lang's row reductions leave it), or by a matrix's column (a scale
+g[d] of every row), as a row of tiles with the value in row 0; a scalar is one tile, its value at
 (0, 0). Tensors of rank 3 and 4 (batch and heads: `mha`) are 2-D views: their leading
 indices stack the (padded) matrices along the rows, a [B, H, S, E] tensor is
 (B*H*S) x E and a row statistic [B, H, S] a column of B*H*S rows; the model's `tile`
@@ -97,6 +98,7 @@ class Layout:
     vector: bool
     column: bool = False
     lead: tuple[int, ...] = ()
+    row: bool = False  # a vector of a matrix's columns: one tile row, values in row 0
 
     @property
     def height(self) -> int:
@@ -128,10 +130,12 @@ def layouts(program: Program, workload: Workload) -> dict[str, Layout]:
                 end = origin.max_value(extents) + size
                 ends[alloc.tensor][axis] = max(ends[alloc.tensor][axis], end)
     out = {}
-    columns = _column_vectors(program)
+    columns, rows = _vector_kinds(program)
     for name, shape in ends.items():
         if not shape:  # a scalar: one tile, the value at (0, 0) (a full reduction's place)
             out[name] = Layout(EDGE, EDGE, False, False)
+        elif len(shape) == 1 and name in rows and name not in columns:  # a scale g[d]
+            out[name] = Layout(EDGE, _pad(shape[0], EDGE), False, row=True)
         elif name in columns:
             out[name] = Layout(_pad(shape[-1], EDGE), EDGE, False, True, tuple(shape[:-1]))
         elif len(shape) == 1:
@@ -146,17 +150,26 @@ def _pad(extent: int, unit: int) -> int:
     return -(-extent // unit) * unit
 
 
-def _column_vectors(program: Program) -> set[str]:
-    """Vectors some kernel indexes by a dimension of a matrix it also touches, and
-    batched row statistics (`synth.tiles.is_statistic`): columns of tiles."""
-    out = set()
+def _vector_kinds(program: Program) -> tuple[set[str], set[str]]:
+    """(columns, rows): vectors some kernel indexes by the row index of a matrix it also
+    touches, and batched row statistics (`synth.tiles.is_statistic`), are columns of
+    tiles; vectors indexed by a matrix's last index (and by no row index) are rows of
+    tiles, broadcast down a block's rows."""
+    columns, rows = set(), set()
     for kernel in program.kernels:
         decls = [a for a, _ in _allocs(kernel.body, {})]
         subscripts = [a.dims for a in decls]
         units = tile_units(subscripts, EDGE)
-        out |= {a.tensor for a in decls if is_statistic(a.dims, subscripts) or
-                (len(a.dims) == 1 and units.get(a.dims[0]) == EDGE)}
-    return out
+        stats = [ix for ix in subscripts if is_statistic(ix, subscripts)]
+        matrices = [ix for ix in subscripts if len(ix) >= 2 and ix not in stats]
+        last = {ix[-1] for ix in matrices} - {ix[-2] for ix in matrices} - \
+            {ix[-1] for ix in stats}
+        for a in decls:
+            if len(a.dims) == 1 and a.dims[0] in last:
+                rows.add(a.tensor)
+            elif a.dims in stats or (len(a.dims) == 1 and units.get(a.dims[0]) == EDGE):
+                columns.add(a.tensor)
+    return columns, rows
 
 
 def _allocs(body: tuple[Node, ...], extents: dict[str, int]
@@ -186,6 +199,8 @@ def block_expr(expr: Expr, stmt: Statement, blocks: Mapping[str, str],
             return f"ttl.block.transpose({block})"
         if len(order) == 2 and expr.indices == order[:1]:
             return f"ttl.block.broadcast({block}, dims=[1], shape={shape})"
+        if len(order) == 2 and expr.indices == order[1:]:  # a row vector down the rows
+            return f"ttl.block.broadcast({block}, dims=[0], shape={shape})"
         if not expr.indices:  # a scalar over the whole block
             return f"ttl.block.broadcast({block}, dims=[0, 1], shape={shape})"
     elif isinstance(expr, BinOp):
@@ -256,6 +271,8 @@ def tile_slice(decl: BufferDecl, layout: Layout) -> str:
         return "[0:1, 0:1]"
     if layout.vector:
         return f"[{_tile_range(decl.origin[0], decl.shape[0], EDGE * EDGE)}, 0:1]"
+    if layout.row:
+        return f"[0:1, {_tile_range(decl.origin[0], decl.shape[0], EDGE)}]"
     row = view_row(decl, layout)
     if layout.column:
         return f"[{_tile_range(row, decl.shape[-1], EDGE)}, 0:1]"
@@ -294,6 +311,8 @@ def block_shape(decl: BufferDecl, layout: Layout) -> tuple[int, int]:
     """The block's shape in tiles (rows, cols) of its tensor's 2-D view."""
     if not decl.shape:
         return 1, 1
+    if layout.row:
+        return 1, -(-decl.shape[0] // EDGE)
     if layout.vector or layout.column:
         return -(-decl.shape[-1] // (EDGE if layout.column else EDGE * EDGE)), 1
     return decl.shape[-2] // EDGE, decl.shape[-1] // EDGE
@@ -621,7 +640,7 @@ device = ttnn.open_device(device_id=0)
 
 
 def to_device(array, name):
-    rows, cols, vector, column, shape, lead = LAYOUT[name]
+    rows, cols, vector, column, shape, lead, row = LAYOUT[name]
     padded = torch.full((*lead, rows, cols), INIT.get(name, 0.0), dtype=torch.float32)
     data = torch.from_numpy(np.ascontiguousarray(array, dtype=np.float32))
     within = tuple(slice(0, n) for n in shape)  # the tensor in its padded matrices
@@ -629,6 +648,8 @@ def to_device(array, name):
         padded.view(-1)[:data.numel()] = data
     elif column:
         padded[within + (0,)] = data
+    elif row:
+        padded[0, :shape[0]] = data
     elif not shape:
         padded[0, 0] = data
     else:
@@ -640,10 +661,12 @@ def to_device(array, name):
 
 
 def from_device(tensor, name):
-    rows, cols, vector, column, shape, lead = LAYOUT[name]
+    rows, cols, vector, column, shape, lead, row = LAYOUT[name]
     data = ttnn.to_torch(tensor).float().numpy()
     if vector:
         return data.reshape(-1)[:shape[0]]
+    if row:
+        return data[0, :shape[0]]
     if not shape:
         return data[0, 0]
     data = data.reshape(*lead, rows, cols)
@@ -678,7 +701,8 @@ def check_padding(workload: Workload, lay: Mapping[str, Layout]) -> None:
             layout, shape = lay[name], workload.tensors[name].shape
             # per leading index: a padded leading index is a matrix of its own, never
             # reduced with the others
-            size = layout.rows if layout.column else layout.rows * layout.cols
+            size = layout.rows if layout.column else layout.cols if layout.row \
+                else layout.rows * layout.cols
             if shape and size > math.prod(shape[len(layout.lead):]):
                 raise EmitError(f"--emit ttlang: statement {stmt.name} reduces {name}, "
                                 f"which is padded to whole blocks ({shape} -> "
@@ -705,8 +729,8 @@ def program_source(program: Program, workload: Workload, accumulator_blocks: int
             f"{len(program.kernels)} tt-lang operation(s); run with tt-lang-sim program.py",
             "import json  # noqa: F401", "from pathlib import Path", "",
             "import numpy as np", "import torch", "import ttnn", "", "import ttl", ""]
-    layout = {n: (v.rows, v.cols, v.vector, v.column, workload.tensors[n].shape, v.lead)
-              for n, v in lay.items()}
+    layout = {n: (v.rows, v.cols, v.vector, v.column, workload.tensors[n].shape, v.lead,
+                  v.row) for n, v in lay.items()}
     head += [f"LAYOUT = {layout!r}",
              f"DTYPES = { {n: TORCH_DTYPES[t.dtype.value] for n, t in workload.tensors.items()}!r}",
              f"INPUTS = {[t.name for t in workload.inputs]!r}",
