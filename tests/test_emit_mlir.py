@@ -50,6 +50,7 @@ from synth.ir.nodes import (
     Program,
     Store,
 )
+from synth.ir.online import OnlineEmitError, is_online
 from synth.lang import list_builtin_workloads, load_workload, parse_workload
 from synth.reference import compare, evaluate, evaluate_errors, make_inputs
 from synth.workload import DType, ReduceOp, Workload
@@ -209,6 +210,14 @@ def test_builtin_verifies_transforms_and_runs(workload: str, hardware: str, tmp_
     if outcome.program is None:
         pytest.skip(f"no schedule of {workload} on {hardware} at {SIZES.get(workload)}: "
                     f"{outcome.result.status.value}")
+    online = [k.name for k in outcome.program.kernels if is_online(k)]
+    if online:  # the MLIR emitter refuses the online rewrite (issue 15): without it
+        with pytest.raises(OnlineEmitError, match=f"--fix online.{online[0]}=0"):
+            emitted(outcome.program, outcome.workload, outcome.hardware, tmp_path)
+        outcome = pipeline.run(pipeline.Request(
+            workload, hardware, SIZES.get(workload, {}), validate=False, time_limit_s=30.0,
+            fixes=tuple(f"online.{k}=0" for k in online)))
+        assert outcome.program is not None
     out = emitted(outcome.program, outcome.workload, outcome.hardware, tmp_path)
     assert_passes(check_mlir(out))
 

@@ -37,7 +37,9 @@ def reason(workload: str, *names: str) -> str | None:
 def test_candidate_groups_of_the_builtins() -> None:
     assert fused_groups("softmax") == [["e", "s"]]
     # p is a prologue of o (p iterates i, j of o's i, e, j); O an epilogue after o's pass
-    assert fused_groups("attention") == [["p", "l"], ["p", "o"], ["o", "O"]]
+    assert fused_groups("attention") == [["p", "l"], ["p", "o"], ["o", "O"]] + [
+        ["m", "p", "l", "o"], ["s", "m", "p", "l", "o"],  # online (tests/test_online.py)
+        ["m", "p", "l", "o", "O"], ["s", "m", "p", "l", "o", "O"]]
     assert ["u", "p", "r", "O"] in fused_groups("fa6")
     assert ["kt", "s", "u", "p", "r", "O"] in fused_groups("fa6")  # seed 004's chain
     assert fused_groups("matmul") == [["C#1", "C#2"]]  # the fill runs where C lives

@@ -29,6 +29,7 @@ from synth.constraints import expr as ex
 from synth.constraints import roofline
 from synth.constraints.dst import tiled_constraints
 from synth.constraints.fusion import kernel_order
+from synth.constraints.online import online_decision
 from synth.constraints.space import (
     ConstraintSet,
     Factors,
@@ -286,7 +287,7 @@ def build_model(workload: Workload, hw: Hardware, kernels: Sequence[KernelSpec],
                + transfer_rule_constraints(kt, workload) + completion_constraints(kt)
                + single_writer_constraints(kt) + intrinsic_constraints(kt)
                + implied_compute_bounds(kt) + tiled_constraints(kt, workload, domains)
-               + blocking_bounds(kt, workload) + combine_symmetry(kt))
+               + blocking_bounds(kt, workload) + combine_symmetry(kt) + _online(kt))
         constraints += [when_chosen(chosen[kt.kernel.name], c) for c in own]
     definitions, count_constraints = unit_counts(terms, hw, chosen)
     constraints += count_constraints
@@ -326,7 +327,8 @@ def fusion_choices(workload: Workload, kernels: Sequence[KernelSpec],
         if all(len(covering[s.name]) == 1 for s in kernel.statements):
             chosen[kernel.name] = ex.ONE
         else:
-            name = fusion_decision(kernel.name)
+            name = (online_decision(kernel.name) if kernel.online is not None
+                    else fusion_decision(kernel.name))
             domains[name] = (0, 1)
             chosen[kernel.name] = ex.Var(name)
     cover = [NamedConstraint(
@@ -408,7 +410,8 @@ def contraction(stmt: Statement) -> tuple[str, str, str] | None:
 def packable(kt: KernelTerms) -> tuple[Statement, Intrinsic] | None:
     """The kernel's one core contraction and the intrinsic for its dtype, if any."""
     found = [s for s in kt.kernel.core if contraction(s) is not None]
-    if len(found) != 1 or found[0].dtype.value not in kt.hw.compute.intrinsics:
+    if (kt.kernel.online is not None or len(found) != 1
+            or found[0].dtype.value not in kt.hw.compute.intrinsics):
         return None
     return found[0], kt.hw.compute.intrinsics[found[0].dtype.value]
 
@@ -459,6 +462,11 @@ def pack_cost(kt: KernelTerms) -> ex.Int:
     return ex.select(_is_one(kt.packed), ex.mul(per, ex.add(*moves)), 0)
 
 
+def _online(kt: KernelTerms) -> list[NamedConstraint]:
+    from synth.constraints.online_terms import online_constraints  # builds on this module
+    return online_constraints(kt)
+
+
 def when_chosen(used: ex.Int, constraint: NamedConstraint) -> NamedConstraint:
     """The constraint of a candidate kernel binds only when the kernel is chosen:
     used == 0 or the condition (the one direction needed: an unused kernel is free)."""
@@ -504,6 +512,10 @@ def capacity_constraints(kt: KernelTerms, workload: Workload) -> list[NamedConst
                                ex.ONE if use.local else buffers)
                         for use in kt.resident(slot)))
         shared = device_combine_capacity(kt, workload, mem)  # one per instance
+        if slot == len(kt.slots) - 1 and kt.kernel.online is not None:
+            from synth.constraints.online_terms import footprint  # builds on this module
+            used = ex.add(used, footprint(kt, element_bytes(kt, workload, kt.kernel.use(
+                kt.kernel.online.target), mem)))
         out.append(NamedConstraint(
             f"capacity.{mem.name}",
             f"kernel {kt.kernel.name}: tiles in one {mem.name} fit {mem.usable} bytes",
@@ -781,6 +793,10 @@ def compute_cost(kt: KernelTerms) -> ex.Int:
     if found is not None and kt.packed is not None:
         point = ex.select(_is_one(kt.packed), _packed_point_ps(kt, *found), point)
     core = ex.mul(point, kt.sequential_points(), *stretch)
+    if kt.kernel.online is not None:
+        from synth.constraints.online_terms import core_compute  # builds on this module
+        core = ex.mul(core_compute(kt, {s.name: ex.const(kt.hw.compute.point_ps(
+            statement_ops(s), s.dtype)) for s in kt.kernel.core}), *stretch)
     around = [ex.mul(kt.hw.compute.point_ps(statement_ops(s), s.dtype), around_points(kt, s),
                      *stretch) for s in kt.kernel.prologue + kt.kernel.epilogue]
     return ex.add(core, *around)
@@ -813,6 +829,13 @@ def vector_compute_cost(kt: KernelTerms, workload: Workload) -> ex.Int:
     chains = [either(chain_cost(kt, s, vector if width[s.name] > 1 else None, width[s.name]),
                      chain_cost(kt, s, None, 1))
               for s in kt.kernel.core if s.reduced and roofline.accumulate_ps(s, compute)]
+    if kt.kernel.online is not None:  # each statement over its own points; no chains yet
+        from synth.constraints.online_terms import core_compute  # builds on this module
+        issue = either(ex.add(core_compute(kt, {s.name: ex.const(per_point([s], True))
+                                                for s in kt.kernel.core}), *folds),
+                       core_compute(kt, {s.name: ex.const(per_point([s], False))
+                                         for s in kt.kernel.core}))
+        chains = []
     around = [either(ex.mul(per_point([s], True), around_points(kt, s)),
                      ex.mul(per_point([s], False), around_points(kt, s)))
               for s in kt.kernel.prologue + kt.kernel.epilogue]
@@ -929,7 +952,9 @@ def implied_compute_bounds(kt: KernelTerms) -> list[NamedConstraint]:
     takes at least the points of all units sharing it. True of every schedule (it follows
     from the max in `compute_cost`), but stated in a form whose bound the solver sees
     (the product form pairs the most units with the least stretch)."""
-    out = []
+    out: list[NamedConstraint] = []
+    if kt.kernel.online is not None:  # its points are per statement (`core_compute`)
+        return out
     for i in _shared_pipelines(kt):
         all_units = ex.mul(*(kt.dim_product(d, [*kt.temporal(), i]) for d in kt.kernel.dims))
         out.append(NamedConstraint(

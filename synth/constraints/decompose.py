@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable
 from synth import progress
 from synth.constraints import expr as ex
 from synth.constraints import partition
+from synth.constraints.online import ONLINE_PREFIX
 from synth.constraints.result import SolveResult, Status
 from synth.constraints.space import ConstraintSet, NamedConstraint, is_fusion_decision
 from synth.deadline import Deadline
@@ -197,6 +198,14 @@ def solve_by_parts(cset: ConstraintSet, time_limit_s: float, solver: str,
 # ---------------------------------------------------------------- fusion covers
 
 
+def _cover_order(cover: ConstraintSet) -> tuple[int, int]:
+    """Covers without the online rewrite first (they give the cutoffs that prune the
+    online ones, which rarely win at small sizes and solve fast), then the fewest
+    kernels first."""
+    used = [n for n, v in cover.decisions.items() if v == (1,) and is_fusion_decision(n)]
+    return sum(n.startswith(ONLINE_PREFIX) for n in used), len(used)
+
+
 def fusion_covers(cset: ConstraintSet, deadline: Deadline | None = None
                   ) -> list[ConstraintSet]:
     """`cset` once per assignment of its fusion decisions that the constraints on them
@@ -326,8 +335,7 @@ def solve_by_covers(cset: ConstraintSet, time_limit_s: float, solver: str,
     covers = fusion_covers(cset, deadline)
     if len(covers) == 1 and covers[0] is cset:
         return solve_fixed(cset, time_limit_s, cutoff)
-    covers.sort(key=lambda c: sum(v == (1,) for n, v in c.decisions.items()
-                                  if is_fusion_decision(n)))
+    covers.sort(key=_cover_order)
     best: SolveResult | None = None
     best_cover = cset
     proven, bound, stats = True, None, {"covers": len(covers)}

@@ -24,6 +24,9 @@ A group is legal when (checked on the statement DAG, built with networkx):
   and the cost model keeps the reduction inside one tile of its target, see
   `cost.completion_constraints`);
 - no statement overwrites a tensor an earlier statement of the group reads.
+
+The one exception to the pass rule is the online-softmax rewrite (`online.py`): a max
+consumed inside its own pass through exponentials whose sums can be rescaled.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from collections.abc import Sequence
 
 import networkx as nx
 
+from synth.constraints import online
 from synth.deadline import Deadline
 from synth.errors import SolveTimeout
 from synth.workload import Role, Statement, Workload, accesses
@@ -67,15 +71,42 @@ def illegal_reason(workload: Workload, members: Sequence[int],
     if outside is not None:
         return (f"{workload.statements[outside].name} depends on the group and the group "
                 f"depends on it, so it would have to run in the middle of the fused pass")
-    reason = _shape_reason(stmts)
-    if reason is not None:
-        return reason
+    running = None
+    if online.is_candidate(stmts):  # a max consumed inside its own pass
+        found = online_plan(workload, group)
+        if isinstance(found, str):
+            return f"{_pass_reason(stmts)}, and {names} cannot run online: {found}"
+        running = found.statement
+    else:
+        reason = _shape_reason(stmts)
+        if reason is not None:
+            return reason
     for pos, producer in enumerate(stmts):
         for consumer in stmts[pos + 1:]:
-            reason = _edge_reason(producer, consumer)
+            reason = _edge_reason(producer, consumer, producer.name == running)
             if reason is not None:
                 return reason
     return None
+
+
+def _pass_reason(stmts: Sequence[Statement]) -> str:
+    """The first consumer of a reduction inside its own pass, in the plain rule's words."""
+    for pos, producer in enumerate(stmts):
+        for consumer in stmts[pos + 1:]:
+            if producer.reduced and producer.target in consumer.inputs and set(
+                    producer.reduced) & set(consumer.dims):
+                reason = _edge_reason(producer, consumer)
+                if reason is not None:
+                    return reason
+    return "a reduction is consumed inside its own pass"
+
+
+def online_plan(workload: Workload, members: Sequence[int]) -> online.OnlinePlan | str:
+    """How the group at `members` (an online candidate, `online.is_candidate`) runs with
+    the online rewrite, or why it cannot."""
+    stmts = [workload.statements[i] for i in sorted(set(members))]
+    leaves = {s.target: needed_outside(workload, members, s.target) for s in stmts}
+    return online.plan(stmts, leaves)
 
 
 def _shape_reason(stmts: Sequence[Statement]) -> str | None:
@@ -102,9 +133,13 @@ def _shape_reason(stmts: Sequence[Statement]) -> str | None:
     return None
 
 
-def _edge_reason(producer: Statement, consumer: Statement) -> str | None:
+def _edge_reason(producer: Statement, consumer: Statement, running: bool = False
+                 ) -> str | None:
+    """Why `consumer` cannot follow `producer` in one loop nest; `running`: the producer
+    is the running maximum of an online group (its consumers are checked by
+    `online.plan`)."""
     consumes = producer.target in consumer.inputs or producer.target == consumer.target
-    after_pass = not set(producer.reduced) & set(consumer.dims)
+    after_pass = running or not set(producer.reduced) & set(consumer.dims)
     if consumes and producer.reduced and not after_pass:
         return (f"{consumer.name} consumes {producer.target}, which {producer.name} "
                 f"reduces over {_dims(producer.reduced)}, inside the same pass over "

@@ -55,11 +55,10 @@ from dataclasses import dataclass
 
 from synth.constraints import expr as ex
 from synth.constraints.result import SolveResult, Status
-from synth.constraints.space import ConstraintSet, Slot, SlotKind
+from synth.constraints.space import ConstraintSet, Slot, SlotKind, is_fusion_decision
 
 SOLVER = "greedy"
 MAX_REPAIRS = 3  # passes that look for a feasible starting point
-FUSE = "fuse."
 EXT = "ext."
 
 
@@ -194,7 +193,7 @@ def _gap(cond: ex.Cond, env: Mapping[str, int]) -> float:
 
 
 def fusion_decisions(cs: ConstraintSet) -> list[str]:
-    return [n for n in cs.decisions if n.startswith(FUSE)]
+    return [n for n in cs.decisions if is_fusion_decision(n)]  # fuse.* and online.*
 
 
 def default_fusion_order(cs: ConstraintSet) -> list[str]:
@@ -317,7 +316,7 @@ def solve(cs: ConstraintSet, time_limit_s: float, slots: Sequence[Slot],
     result = _fill(cs, slots, order, start + time_limit_s)
     while result.status is Status.TIMEOUT and result.env is None:
         # the fill failed inside a fused kernel: fuse less (that kernel left out), again
-        failed = [n for n in order if f"kernel {n[len(FUSE):]}:" in
+        failed = [n for n in order if f"kernel {n.partition('.')[2]}:" in
                   str(result.stats.get("failure", ""))]
         if not failed or time.perf_counter() > start + time_limit_s:
             break
@@ -337,7 +336,7 @@ def _fill(cs: ConstraintSet, slots: Sequence[Slot], order: Sequence[str], deadli
         decisions[name] = 0
     state = _State(cs, decisions)
     greedy_fusion(state, order)
-    unused = {n[len(FUSE):] for n in fuse if state.env[n] == 0}
+    unused = {n.partition(".")[2] for n in fuse if state.env[n] == 0}
     steps = _steps(cs, slots, unused)
     repairs, finished = 0, True
     constant = [i for i in state.violated() if not state.reads[i]]

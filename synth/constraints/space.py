@@ -21,7 +21,8 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from synth.constraints import expr as ex
-from synth.constraints.fusion import candidate_groups, needed_outside
+from synth.constraints.fusion import candidate_groups, needed_outside, online_plan
+from synth.constraints.online import ONLINE_PREFIX, OnlinePlan, is_candidate
 from synth.deadline import Deadline
 from synth.hardware import Hardware
 from synth.tiles import tile_units, tiled_extent
@@ -87,10 +88,15 @@ class KernelSpec:
     extents: Mapping[str, int]
     reduced: tuple[str, ...]  # dims some statement reduces over
     uses: tuple[TensorUse, ...]
+    # the online rewrite this kernel runs with (a max consumed inside its own pass)
+    online: OnlinePlan | None = None
 
     def spans(self, stmt: Statement) -> bool:
         """Whether `stmt` is a core statement, iterating every loop of the kernel (the
-        others, prologue and epilogue, run once per tile of their target)."""
+        others, prologue and epilogue, run once per tile of their target). In an online
+        kernel, the core is the pass: the statements that iterate its dimension."""
+        if self.online is not None:
+            return self.online.dim in stmt.dims
         return set(stmt.dims) == set(self.dims)
 
     @property
@@ -127,8 +133,10 @@ class KernelSpec:
 
 def _completed(spec: KernelSpec) -> list[Statement]:
     around = spec.prologue + spec.epilogue if spec.core else ()
-    return [stmt for stmt in spec.core if stmt.reduced
-            and any(s.target == stmt.target or stmt.target in s.inputs for s in around)]
+    inner = set(spec.online.inner) if spec.online is not None else set()
+    return [stmt for stmt in spec.core if stmt.reduced and (
+        any(s.target == stmt.target or stmt.target in s.inputs for s in around)
+        or set(stmt.reduced) <= inner)]  # online: reduced whole in every compute tile
 
 
 def kernel_for(statements: Sequence[Statement], workload: Workload | None = None
@@ -143,6 +151,12 @@ def kernel_for(statements: Sequence[Statement], workload: Workload | None = None
             dims.setdefault(dim, stmt.extents[dim])
         reduced.extend(d for d in stmt.reduced if d not in reduced)
     order = [d for d in dims if d not in reduced] + reduced
+    online = None
+    if workload is not None and is_candidate(statements):
+        found = online_plan(workload, [workload.statements.index(s) for s in statements])
+        assert not isinstance(found, str), found  # candidates are legal groups
+        online = found
+        order = [d for d in order if d != online.dim] + [online.dim]  # the pass innermost
     spec = KernelSpec(
         name=kernel_name(statements),
         statements=tuple(statements),
@@ -150,6 +164,7 @@ def kernel_for(statements: Sequence[Statement], workload: Workload | None = None
         extents={d: dims[d] for d in order},
         reduced=tuple(reduced),
         uses=(),
+        online=online,
     )
     completed = {stmt.target for stmt in _completed(spec)}
     return dataclasses.replace(spec, uses=_tensor_uses(statements, workload, completed))
@@ -265,7 +280,9 @@ FUSION_PREFIX = "fuse."
 
 
 def is_fusion_decision(name: str) -> bool:
-    return name.startswith(FUSION_PREFIX)
+    """`fuse.<kernel>`, or `online.<kernel>` (a kernel that runs only with the online
+    rewrite: its decision says whether the schedule uses it)."""
+    return name.startswith((FUSION_PREFIX, ONLINE_PREFIX))
 
 
 @dataclass(frozen=True)

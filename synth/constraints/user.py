@@ -34,6 +34,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from synth.constraints import expr as ex
 from synth.constraints.cost import Model
 from synth.constraints.fusion import illegal_reason
+from synth.constraints.online import ONLINE_PREFIX, is_candidate
 from synth.constraints.space import (
     FUSION_PREFIX,
     ConstraintSet,
@@ -260,15 +261,24 @@ def _check_fusion_fix(model: Model, text: str) -> None:
     name = text.partition("=")[0].strip()
     if not is_fusion_decision(name) or name in model.constraints.decisions:
         return
-    kernel = name.removeprefix(FUSION_PREFIX)
+    online = name.startswith(ONLINE_PREFIX)
+    kernel = name.removeprefix(ONLINE_PREFIX if online else FUSION_PREFIX)
     where = f"--fix {text}"
     for spec in model.kernels:
+        if spec.name == kernel and (spec.online is not None) != online:
+            right = "online." if spec.online is not None else "fuse."
+            raise InputError(f"{where}: kernel {kernel} runs "
+                             f"{'only' if right == 'online.' else 'without'} the online "
+                             f"rewrite: its decision is {right}{kernel}")
         if spec.name == kernel:
             raise InputError(f"{where}: kernel {kernel} is the only kernel that can run "
                              f"{', '.join(s.name for s in spec.statements)}: it is always used")
     members = _statements_named(model.workload.statements, kernel)
     if members:
         reason = illegal_reason(model.workload, members) or "not a candidate kernel"
+        if online and not is_candidate([model.workload.statements[i] for i in members]):
+            reason = ("no statement of the group consumes a maximum inside its own pass, "
+                      "so there is nothing to run online")
         names = ", ".join(model.workload.statements[i].name for i in members)
         raise InputError(f"{where}: statements {names} cannot be fused: {reason}")
 

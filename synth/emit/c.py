@@ -68,6 +68,8 @@ from synth.ir.nodes import (
     LoopKind,
     Node,
     Program,
+    Rescale,
+    Running,
     Store,
     walk,
 )
@@ -398,6 +400,8 @@ class KernelWriter:
                 self.fill(code, node)
             elif isinstance(node, Compute):
                 self.compute(code, node)
+            elif isinstance(node, Running | Rescale):
+                online_node(self, code, node)
             else:
                 self.combine(code, node)
 
@@ -829,6 +833,14 @@ class KernelWriter:
             code(f"{mine} = {self.w.cast(step, decl.dtype)};")
         self.reset(code, buffer, decl)
         self.pending.discard(buffer)
+
+
+def online_node(kw: KernelWriter, code: Code, node: Running | Rescale) -> None:
+    from synth.emit import c_online  # the online rewrite's nodes (its own module)
+    if isinstance(node, Running):
+        c_online.running(kw, code, node)
+    else:
+        c_online.rescale(kw, code, node)
 
 
 def _inner(decl: BufferDecl, axis: int) -> int:

@@ -57,6 +57,7 @@ from synth.ir.nodes import (
     Store,
     walk,
 )
+from synth.ir.online import refuse_online
 from synth.reference import evaluate_errors
 from synth.workload import (
     Access,
@@ -96,6 +97,7 @@ def emit_mlir(program: Program, workload: Workload, hw: Hardware, out_dir: str |
     """Write schedule.mlir, source.mlir and transform.mlir into `out_dir` (created if
     needed), and the data `synth.emit.mlir_check` runs them on. Raises EmitError for a
     loop nest this emitter cannot express."""
+    refuse_online(program, "--emit mlir")
     texts = {"schedule.mlir": schedule_text(program, workload, hw),
              "source.mlir": source_text(workload),
              "transform.mlir": transform_text(program, workload, hw)}

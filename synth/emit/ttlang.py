@@ -56,6 +56,7 @@ from synth.ir.nodes import (
     Store,
     walk,
 )
+from synth.ir.online import refuse_online
 from synth.tiles import is_statistic, tile_units
 from synth.workload import (
     Access,
@@ -717,6 +718,7 @@ def _init_source(program: Program, workload: Workload) -> str:
 
 def program_source(program: Program, workload: Workload, accumulator_blocks: int = 2) -> str:
     """The whole file `tt-lang-sim` runs: the operations and the driver."""
+    refuse_online(program, "--emit ttlang")
     for tensor in workload.tensors.values():
         if tensor.dtype.value not in TORCH_DTYPES:
             raise EmitError(f"--emit ttlang: tensor {tensor.name} is {tensor.dtype.value}; "

@@ -91,6 +91,7 @@ from synth.ir.nodes import (
     Store,
     walk,
 )
+from synth.ir.online import refuse_online
 from synth.reference import evaluate_errors, tolerance
 from synth.workload import Access, Call, DType, Expr, Num, Workload
 from synth.workload import walk as expr_nodes
@@ -129,6 +130,7 @@ def emit_upmem(program: Program, workload: Workload, hw: Hardware, out_dir: str 
     scales (`synth.reference.evaluate_errors`, computed here when not given), from which
     the tolerances of the program's check are made. Raises EmitError for a loop nest
     this emitter cannot express."""
+    refuse_online(program, "--emit upmem")
     target = Target.of(program, hw)
     plans = plan_program(program, target)
     dpus = [DpuWriter(plan, workload, target).render() for plan in plans]

@@ -52,6 +52,8 @@ from synth.ir.nodes import (
     LoopVar,
     Node,
     Program,
+    Rescale,
+    Running,
     Store,
     walk,
 )
@@ -530,6 +532,8 @@ def fold_plan(loop: Loop, decls: Mapping[str, BufferDecl], workload: Workload
     ends with the same value when the parts are folded in iteration order (`fold`). One
     operator per accumulated tensor, and one compute into it where the order matters.
     """
+    if any(isinstance(n, Running | Rescale) for n in walk(loop.body)):
+        return None  # an online step depends on the one before
     var = loop.var.name
     inner = {n.var.name: n.var.extent for n in walk(loop.body) if isinstance(n, Loop)}
     uses: dict[str, list[tuple[Node, str]]] = defaultdict(list)
@@ -1333,3 +1337,6 @@ def _openblas_threads() -> tuple[Callable[[], int], Callable[[int], None]] | Non
             if get is not None and put is not None:
                 return get, put
     return None
+
+
+from synth.ir import online_run  # noqa: E402,F401  (registers the online rewrite's handlers)

@@ -236,7 +236,16 @@ class KernelBuilder:
         return tuple(nodes)
 
     def _computes(self, statements: tuple[Statement, ...], depth: int) -> list[Node]:
-        """Each statement over one compute tile (the innermost memory's), at `depth`."""
+        """Each statement over one compute tile (the innermost memory's), at `depth`; in an
+        online kernel, its running maximum's update with the rescale of the sums."""
+        nodes = self._plain_computes(statements, depth)
+        plan = self.spec.online
+        if plan is None or not any(s.name == plan.statement for s in statements):
+            return nodes
+        from synth.ir.online import online_step  # builds on this module
+        return online_step(self, nodes, plan)
+
+    def _plain_computes(self, statements: tuple[Statement, ...], depth: int) -> list[Node]:
         return [Compute(
             statement=stmt.name, out=f"{stmt.target}_{self.innermost}",
             operands={t: f"{t}_{self.innermost}" for t in stmt.inputs},

@@ -168,7 +168,30 @@ class Combine:
     op: ReduceOp
 
 
-Node = Loop | Alloc | Load | Store | Fill | Compute | Combine
+@dataclass(frozen=True)
+class Running:
+    """The online rewrite's running statistic before this step's update: `previous`
+    takes the values of `running` (the tile of a running maximum), so that the rescale
+    after the update sees how far the maximum moved."""
+
+    statement: str  # the max reduction about to update `running`
+    running: str
+    previous: str
+
+
+@dataclass(frozen=True)
+class Rescale:
+    """target *= exp(coeff * (running - previous)), the factor of each row of the running
+    maximum broadcast over the target's other dimensions (1 where the maximum did not
+    move): a running sum of exponentials corrected to the new maximum."""
+
+    target: str
+    running: str
+    previous: str
+    coeff: float
+
+
+Node = Loop | Alloc | Load | Store | Fill | Compute | Combine | Running | Rescale
 
 
 @dataclass(frozen=True)

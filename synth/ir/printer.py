@@ -14,8 +14,11 @@ from synth.ir.nodes import (
     LoopKind,
     Node,
     Program,
+    Rescale,
+    Running,
     Store,
 )
+from synth.ir.online import describe
 
 
 def print_program(program: Program) -> str:
@@ -61,6 +64,8 @@ def _statement(node: Node) -> str:
         return f"compute {node.statement}({operands}) -> {node.out}  [{tiles}]"
     if isinstance(node, Combine):
         return f"combine {node.target} {node.op.value} reduce({node.partials})"
+    if isinstance(node, Running | Rescale):
+        return describe(node)
     raise TypeError(type(node))
 
 

@@ -63,8 +63,11 @@ from synth.ir.nodes import (
     LoopVar,
     Node,
     Program,
+    Rescale,
+    Running,
     Store,
 )
+from synth.ir.online import check_step, describe
 from synth.ir.verify import buffer_bytes, element_bytes, instance_copies, kernel_vector
 from synth.lang import SizeRange, load_workload
 from synth.workload import Workload, accesses
@@ -399,6 +402,11 @@ class _Prover:
                 self._transfer(node.src, node.dst, scope, f"store {node.src} -> {node.dst}")
             elif isinstance(node, Compute):
                 self._compute(node, scope)
+            elif isinstance(node, Running | Rescale):  # the online rewrite's step
+                try:
+                    check_step(node, scope.buffers)
+                except IRError as err:
+                    self._structural(describe(node), str(err))
 
     def _buffer(self, name: str, scope: _Scope, where: str) -> BufferDecl | None:
         if name not in scope.buffers:

@@ -32,8 +32,11 @@ from synth.ir.nodes import (
     LoopVar,
     Node,
     Program,
+    Rescale,
+    Running,
     Store,
 )
+from synth.ir.online import check_step
 from synth.vectors import vector_dim
 from synth.workload import Workload
 
@@ -128,6 +131,12 @@ class KernelCheck:
                                   f"got nothing")
             self.partials.discard(node.partials)
             scope.written.add(node.target)
+        elif isinstance(node, Running | Rescale):
+            check_step(node, scope.buffers)
+            if node.running not in scope.written:
+                raise IRError(f"running {node.running}: expected the running maximum "
+                              f"loaded or filled before, got nothing written to it")
+            scope.written.add(node.previous)
 
     def _buf(self, name: str, scope: _Scope) -> BufferDecl:
         if name not in scope.buffers:

@@ -1,0 +1,117 @@
+"""The online rewrite in the loop nest: one step of a running maximum and its rescale.
+
+An online kernel (`KernelSpec.online`, see `synth.constraints.online`) computes, at each
+step over its pass dimension, in its innermost body:
+
+    alloc reg m_reg_prev : f32[rows]        (the running statistic before this step)
+    running m_reg -> m_reg_prev  (before m)
+    compute m(s_reg) -> m_reg               (the maximum, updated with this step's tile)
+    rescale l_reg *= exp(-1 * (m_reg - m_reg_prev))
+    rescale o_reg *= exp(-1 * (m_reg - m_reg_prev))
+    compute p(s_reg, m_reg) -> p_reg        (exponentials against the new maximum)
+    compute l(p_reg) -> l_reg ...
+
+`online_step` inserts the nodes where the materialiser put the max's compute;
+`check_step` is the verifier's and the prover's view of them (buffers in scope, the
+previous tile shaped as the running one, every rescaled tile holding the rows of the
+running maximum).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from synth.constraints.online import OnlinePlan
+from synth.errors import IRError, SynthError
+from synth.ir.nodes import (
+    Alloc,
+    BufferDecl,
+    Compute,
+    Kernel,
+    Node,
+    Program,
+    Rescale,
+    Running,
+    walk,
+)
+
+if TYPE_CHECKING:
+    from synth.ir.materialize import KernelBuilder
+
+
+def previous_name(running: str) -> str:
+    return f"{running}_prev"
+
+
+def online_step(builder: KernelBuilder, nodes: list[Node], plan: OnlinePlan) -> list[Node]:
+    """`nodes` (the computes of one innermost step) with the running maximum's update
+    wrapped: its previous value kept before, the sums rescaled after."""
+    at = next(k for k, n in enumerate(nodes)
+              if isinstance(n, Compute) and n.statement == plan.statement)
+    compute = nodes[at]
+    assert isinstance(compute, Compute)
+    running = compute.out
+    tensor = builder.model.workload.tensors[plan.target]
+    rows = {d: (o, t) for d, o, t in zip(compute.dims, compute.origin, compute.tile,
+                                         strict=True)}
+    previous = BufferDecl(previous_name(running), plan.target, builder.innermost, plan.rows,
+                          tuple(rows[d][1] for d in plan.rows),
+                          tuple(rows[d][0] for d in plan.rows), tensor.dtype)
+    before: list[Node] = [Alloc(previous), Running(plan.statement, running, previous.name)]
+    after: list[Node] = [Rescale(f"{target}_{builder.innermost}", running, previous.name, coeff)
+             for target, coeff in plan.rescaled.items()]
+    return [*nodes[:at], *before, compute, *after, *nodes[at + 1:]]
+
+
+def check_step(node: Running | Rescale, decls: Mapping[str, BufferDecl]) -> None:
+    """What a running statistic or a rescale needs of the buffers in scope (`decls`)."""
+    names = ((node.running, node.previous) if isinstance(node, Running)
+             else (node.target, node.running, node.previous))
+    for name in names:
+        if name not in decls:
+            raise IRError(f"{_what(node)}: expected {name} allocated in scope, got none")
+    running, previous = decls[node.running], decls[node.previous]
+    if (running.shape, running.dims) != (previous.shape, previous.dims):
+        raise IRError(f"{_what(node)}: expected {previous.name} shaped as {running.name} "
+                      f"{running.shape}, got {previous.shape}")
+    if isinstance(node, Rescale):
+        target = decls[node.target]
+        for dim, extent in zip(running.dims, running.shape, strict=True):
+            if dim not in target.dims or target.shape[target.dims.index(dim)] != extent:
+                raise IRError(f"{_what(node)}: expected {target.name} to hold the rows "
+                              f"of {running.name} ({dim}: {extent}), got {target.dims} "
+                              f"{target.shape}")
+
+
+def _what(node: Running | Rescale) -> str:
+    return (f"running {node.running}" if isinstance(node, Running)
+            else f"rescale {node.target}")
+
+
+def describe(node: Running | Rescale) -> str:
+    """The printer's line."""
+    if isinstance(node, Running):
+        return f"running {node.running} -> {node.previous}  (before {node.statement})"
+    return (f"rescale {node.target} *= exp({node.coeff:g} * ({node.running} - "
+            f"{node.previous}))")
+
+
+class OnlineEmitError(SynthError):
+    """An emitter cannot express the online rewrite (exit code 2, as `EmitError`)."""
+
+
+def is_online(kernel: Kernel) -> bool:
+    """Whether a kernel runs with the online rewrite (has its nodes)."""
+    return any(isinstance(n, Running | Rescale) for n in walk(kernel.body))
+
+
+def refuse_online(program: Program, emitter: str) -> None:
+    """An emitter without the online rewrite's nodes refuses a program that has them
+    (exit 2), naming the decision that gives a schedule it can emit."""
+    for kernel in program.kernels:
+        if is_online(kernel):
+            raise OnlineEmitError(f"{emitter} cannot emit kernel {kernel.name} yet: it runs "
+                            f"with the online rewrite (a running maximum and the rescale "
+                            f"of its sums), which only --emit c implements; solve with "
+                            f"--fix online.{kernel.name}=0 for a schedule without it")

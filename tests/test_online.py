@@ -1,0 +1,177 @@
+"""The online-softmax rewrite (issue 15): which chains may consume a running maximum
+inside its own pass (derived from the algebra, `synth.constraints.online`), the decision
+`online.<kernel>` forced both ways, and online schedules that compute the reference also
+where a naive exp overflows, in the interpreter and in the emitted C."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+from conftest import TWO_CORES, Built, Case, build
+from typer.testing import CliRunner
+
+from synth.cli import app
+from synth.constraints import cpsat
+from synth.constraints.fusion import candidate_groups, illegal_reason
+from synth.constraints.space import candidate_kernels
+from synth.constraints.user import user_constraints
+from synth.ir.interpret import interpret
+from synth.ir.materialize import materialize
+from synth.ir.nodes import Program, Rescale, Running, walk
+from synth.ir.online import OnlineEmitError, refuse_online
+from synth.ir.printer import print_program
+from synth.ir.prove import prove
+from synth.ir.verify import verify
+from synth.lang import load_workload, parse_workload
+from synth.reference import evaluate, make_inputs
+
+ATTENTION = Case.of("attention", "cpu", {"S": 64, "D": 16}, TWO_CORES)
+
+
+def _reason(text: str, *names: str) -> str | None:
+    wl = parse_workload(text, "t.syn", "t", {})
+    return illegal_reason(wl, [[s.name for s in wl.statements].index(n) for n in names])
+
+
+ROWS = "size N = 8\nsize M = 16\nin x : f32[N, M]\nout y : f32[N]\n"
+
+
+# ---------------------------------------------------------------- legality
+
+
+def test_attention_and_mha_have_online_kernels_with_their_rescale_coefficients() -> None:
+    kernels = {k.name: k for k in candidate_kernels(load_workload("attention", {}))}
+    plan = kernels["s_m_p_l_o_O"].online
+    assert plan is not None and plan.dim == "j" and plan.rows == ("i",)
+    assert dict(plan.rescaled) == {"l": -1.0, "o": -1.0}
+    assert set(plan.inner) == {"d", "e"}
+    assert kernels["p_l"].online is None
+    mha = {k.name: k for k in candidate_kernels(load_workload("mha", {}))}
+    found = mha["sc_m_p_l_o"].online
+    assert found is not None and dict(found.rescaled) == {"l": -0.125, "o": -0.125}
+
+
+def test_softmax_over_one_vector_has_no_online_kernel() -> None:
+    wl = load_workload("softmax", {})
+    assert [g for g in candidate_groups(wl) if len(g) > 1] == [(1, 2)]  # e, s only
+    why = illegal_reason(wl, [0, 1, 2])
+    assert why is not None and "e is read outside the group" in why
+
+
+@pytest.mark.parametrize(("body", "needle"), [
+    ("m[n] max= x[n, j]\ny[n] += x[n, j] - m[n]\n", "outside an exponential"),
+    ("m[n] max= x[n, j]\ny[n] += exp(x[n, j] * m[n])\n", "not affine"),
+    ("m[n] max= x[n, j]\ny[n] max= exp(x[n, j] - m[n])\n", "only a sum over j"),
+    ("m[n] max= x[n, j]\ny[n] += exp(x[n, j] - m[n]) + x[n, j]\n", "cannot correct"),
+    ("m[n] max= x[n, j]\ny[n] += exp(exp(x[n, j] - m[n]))\n", "cannot correct"),
+])
+def test_chains_a_rescale_cannot_correct_stay_illegal(body: str, needle: str) -> None:
+    why = _reason(ROWS + body, "m", "y")
+    assert why is not None and "cannot run online" in why and needle in why, why
+
+
+def test_log_sum_exp_and_scaled_exponentials_run_online() -> None:
+    lse = ROWS + ("m[n] max= x[n, j]\nl[n] += exp((x[n, j] - m[n]) * 0.5)\n"
+                  "y[n] = m[n] + log(l[n]) * 2.0\n")
+    assert _reason(lse, "m", "l", "y") is None
+    wl = parse_workload(lse, "t.syn", "t", {})
+    plan = next(k for k in candidate_kernels(wl) if k.name == "m_l_y").online
+    assert plan is not None and dict(plan.rescaled) == {"l": -0.5}
+
+
+def test_the_cli_says_why_an_online_group_is_illegal() -> None:
+    runner = CliRunner()
+    args = ["solve", "attention", "--hw", "cpu", "--set", "S=64", "--set", "D=16"]
+    out = runner.invoke(app, [*args, "--fix", "online.m_p=1"])
+    assert out.exit_code == 2
+    assert "m, p cannot run online" in out.output and "read outside the group" in out.output
+    out = runner.invoke(app, [*args, "--fix", "fuse.m_p_l_o=1"])
+    assert out.exit_code == 2 and "its decision is online.m_p_l_o" in out.output
+
+
+# ---------------------------------------------------------------- online schedules run
+
+
+def _forced(case: Case, fix: str) -> tuple[Built, Program]:
+    built = build(case)
+    extra = user_constraints(built.model, (), (fix,))
+    cset = dataclasses.replace(built.model.constraints,
+                               constraints=built.model.constraints.constraints + tuple(extra))
+    result = cpsat.solve(cset, 60.0)
+    assert result.env is not None, result.status
+    model = dataclasses.replace(built.model, constraints=cset)
+    return built, materialize(model, result.env)
+
+
+def _large(workload_name: str, sizes: dict[str, int]) -> dict[str, np.ndarray]:
+    """Inputs whose scores reach hundreds: exp of them overflows float32."""
+    wl = load_workload(workload_name, sizes)
+    inputs = make_inputs(wl)
+    inputs["Q"] = (inputs["Q"] * 12).astype(np.float32)
+    inputs["K"] = (inputs["K"] * 12).astype(np.float32)
+    return inputs
+
+
+def test_the_online_kernel_matches_the_reference_where_exp_overflows() -> None:
+    built, program = _forced(ATTENTION, "online.m_p_l_o_O=1")
+    assert "m_p_l_o_O" in [k.name for k in program.kernels]
+    assert any(isinstance(n, Rescale) for k in program.kernels for n in walk(k.body))
+    verify(program, built.workload, built.hw)
+    assert prove(program, built.workload, built.hw).proved
+    inputs = _large("attention", {"S": 64, "D": 16})
+    scores = inputs["Q"].astype(np.float64) @ inputs["K"].astype(np.float64).T
+    with np.errstate(over="ignore"):
+        assert np.isinf(np.exp(scores.astype(np.float32))).any()  # a naive exp overflows
+    expected = evaluate(built.workload, inputs)["O"]
+    for batch in (True, False):
+        got = interpret(program, built.workload, inputs, batch=batch)["O"]
+        assert np.isfinite(got).all()
+        np.testing.assert_allclose(got, expected, rtol=2e-4, atol=2e-5)
+    text = print_program(program)
+    assert "running m_reg -> m_reg_prev" in text and "rescale o_reg *= exp(-1 *" in text
+
+
+def test_a_wrong_rescale_is_caught_by_validation() -> None:
+    built, program = _forced(ATTENTION, "online.m_p_l_o_O=1")
+    kernels = tuple(dataclasses.replace(k, body=_drop_rescales(k.body))
+                    for k in program.kernels)
+    broken = dataclasses.replace(program, kernels=kernels)
+    inputs = _large("attention", {"S": 64, "D": 16})
+    expected = evaluate(built.workload, inputs)["O"]
+    got = interpret(broken, built.workload, inputs)["O"]
+    assert not np.allclose(got, expected, rtol=2e-4, atol=2e-5)
+
+
+def _drop_rescales(body: tuple) -> tuple:
+    from synth.ir.nodes import Loop
+    out = []
+    for node in body:
+        if isinstance(node, Loop):
+            out.append(Loop(node.var, _drop_rescales(node.body)))
+        elif not isinstance(node, Rescale):
+            out.append(node)
+    return tuple(out)
+
+
+def test_forcing_and_forbidding_the_online_rewrite() -> None:
+    runner = CliRunner()
+    args = ["solve", "attention", "--hw", "cpu", "--set", "S=64", "--set", "D=16",
+            *(a for o in TWO_CORES for a in ("--hw-set", o)), "--json"]
+    online = runner.invoke(app, [*args, "--fix", "online.m_p_l_o_O=1"])
+    plain = runner.invoke(app, [*args, "--fix", "online.m_p_l_o_O=0"])
+    assert online.exit_code == 0 and plain.exit_code == 0, online.output + plain.output
+    got, other = json.loads(online.stdout), json.loads(plain.stdout)
+    assert "m_p_l_o_O" in [g["name"] for g in got["groups"]]
+    assert "m_p_l_o_O" not in [g["name"] for g in other["groups"]]
+    assert got["validation"]["passed"] and other["validation"]["passed"]
+    assert got["variables"]["online.m_p_l_o_O"] == 1
+
+
+def test_emitters_without_the_rewrite_refuse_it() -> None:
+    _, program = _forced(ATTENTION, "online.m_p_l_o_O=1")
+    with pytest.raises(OnlineEmitError, match="--fix online.m_p_l_o_O=0"):
+        refuse_online(program, "--emit mlir")
+    assert any(isinstance(n, Running) for k in program.kernels for n in walk(k.body))
