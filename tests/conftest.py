@@ -24,6 +24,7 @@ from synth.constraints import expr as ex
 from synth.constraints.cost import Model
 from synth.constraints.result import SolveResult
 from synth.constraints.sample import random_schedule
+from synth.constraints.space import ConstraintSet
 from synth.errors import IRError
 from synth.hardware import Hardware
 from synth.hwfile import load_hardware
@@ -96,9 +97,22 @@ def build(case: Case) -> Built:
     return Built(workload, hw, encode(workload, hw))
 
 
+# Solver verdicts in tests come from deterministic work (CP-SAT's deterministic time per
+# call, one worker, a fixed seed), not from the wall clock: WALL_S is a safety net far
+# past any case, so a loaded or slow machine gives the same verdicts.
+WORK_S = 60.0
+WALL_S = 1800.0
+
+
+def solve(cset: ConstraintSet, work_s: float = WORK_S, cutoff: int | None = None
+          ) -> SolveResult:
+    """CP-SAT on `cset` within `work_s` deterministic seconds per call."""
+    return cpsat.solve(cset, WALL_S, cutoff=cutoff, work_limit_s=work_s)
+
+
 @functools.cache
 def optimum(case: Case) -> SolveResult:
-    return cpsat.solve(build(case).model.constraints, 60.0)
+    return solve(build(case).model.constraints)
 
 
 @functools.cache

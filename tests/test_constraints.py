@@ -18,6 +18,7 @@ from conftest import (
     optimal_program,
     optimum,
     sample,
+    solve,
 )
 from ortools.sat.python import cp_model
 
@@ -261,7 +262,7 @@ def test_exhaustive_refusal_reaches_the_pipeline_as_an_input_error() -> None:
 
 @pytest.mark.parametrize("case", [COST_CASES[0], COST_CASES[4]], ids=lambda c: c.id)
 def test_solving_twice_gives_the_same_schedule(case: Case) -> None:
-    first = cpsat.solve(build(case).model.constraints, 60.0)
+    first = solve(build(case).model.constraints)
     again = pipeline.solve(pipeline.encode(build(case).workload, build(case).hw),
                            "cpsat", 60.0)
     assert first.env == again.env
@@ -287,7 +288,7 @@ def test_infeasible_capacity_is_reported_by_both_solvers() -> None:
     # three tensors of at least 8 bytes (the DMA minimum) cannot share 16 bytes of WRAM
     case = Case.of("va", "upmem", {"N": 20}, SMALL_UPMEM + TINY_WRAM)
     cset = build(case).model.constraints
-    assert cpsat.solve(cset, 30.0).status is Status.INFEASIBLE
+    assert solve(cset).status is Status.INFEASIBLE
     brute = exhaustive.solve(cset, 60.0)
     assert brute.status is Status.INFEASIBLE and brute.env is None
     assert random_schedule(cset, 0) is None
@@ -335,7 +336,7 @@ def test_objective_of_a_space_without_decisions() -> None:
     assert not cset.decisions
     cost = ex.evaluate(cset.objective, cset.complete({}))
     assert cost > 0
-    assert cpsat.solve(cset, 10.0).objective == cost
+    assert solve(cset).objective == cost
     assert exhaustive.solve(cset, 10.0).objective == cost
 
 
@@ -344,7 +345,7 @@ def test_constant_constraints_are_enforced() -> None:
             "out y : f32[N]\nout z : f32[M]\ny[i] = x[i] + v[i]\nz[j] = w[j]\n")
     case = Case.of("mixed", "upmem", {}, TINY_WRAM, text=text)
     cset = build(case).model.constraints
-    result = cpsat.solve(cset, 10.0)
+    result = solve(cset)
     assert result.env is None or cset.violated(result.env) == [], \
         [c.meaning for c in cset.violated(result.env)]
     assert result.status is Status.INFEASIBLE

@@ -6,9 +6,10 @@ Limits: every solve here takes at most a few seconds, far from its 60 s limit.""
 from __future__ import annotations
 
 import pytest
+from conftest import solve
 
 from synth import pipeline
-from synth.constraints import cpsat, user
+from synth.constraints import user
 from synth.constraints.result import Status
 from synth.constraints.space import padded_extents
 from synth.ir.materialize import materialize
@@ -23,7 +24,7 @@ def solved(workload: str, sizes: dict[str, int], fixes: tuple[str, ...] = (),
                                constraints=constraints, validate=False)
     workload_ = pipeline.parse(request)
     model = pipeline.encode(workload_, pipeline.hardware(request), constraints, fixes)
-    return model, cpsat.solve(model.constraints, LIMIT_S)
+    return model, solve(model.constraints)
 
 
 def test_padded_extents_are_multiples_of_products_of_candidates() -> None:

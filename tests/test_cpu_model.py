@@ -8,9 +8,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from conftest import solve
 
 from synth import hwfile
-from synth.constraints import cpsat
 from synth.constraints import expr as ex
 from synth.constraints.cost import Model, evaluate_cost
 from synth.constraints.result import Status
@@ -45,7 +45,7 @@ y[i]  =   e[i] / s[]
 def solved(workload: Workload, hw_set: tuple[str, ...] = (),
            fixes: tuple[str, ...] = ()) -> tuple[Model, dict[str, int]]:
     model = encode(workload, load_hardware("cpu", hw_set), fixes=fixes)
-    result = cpsat.solve(model.constraints, 60)
+    result = solve(model.constraints)
     assert result.status is Status.OPTIMAL and result.env is not None
     return model, dict(result.env)
 

@@ -12,10 +12,17 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import UPMEM_PRIOR, Case, build, check_capacity_boundary, optimal_program, optimum
+from conftest import (
+    UPMEM_PRIOR,
+    Case,
+    build,
+    check_capacity_boundary,
+    optimal_program,
+    optimum,
+    solve,
+)
 
 from synth import pipeline
-from synth.constraints import cpsat
 from synth.constraints import expr as ex
 from synth.constraints.cost import (
     KernelTerms,
@@ -67,7 +74,7 @@ def test_double_buffering_lowers_the_cost() -> None:
     assert result.env is not None and result.objective is not None
     names = [n for n in built.model.constraints.decisions if n.startswith("buffers.")]
     fixed = [f"{n}=1" for n in names]
-    single = cpsat.solve(encode(built.workload, built.hw, fixes=fixed).constraints, 60.0)
+    single = solve(encode(built.workload, built.hw, fixes=fixed).constraints)
     assert single.objective is not None and single.objective > result.objective
 
 
@@ -76,14 +83,14 @@ def test_capacity_forbids_double_buffering() -> None:
     hw = load_hardware(UPMEM_PRIOR, ("wram.capacity=2088B", "wram.reserved=2048B"))
     built = build(VA)
     model = encode(built.workload, hw)
-    result = cpsat.solve(model.constraints, 60.0)
+    result = solve(model.constraints)
     assert result.status is Status.OPTIMAL and result.env is not None
     names = [n for n in model.constraints.decisions if n.startswith("buffers.")]
     assert names and all(result.env[n] == 1 for n in names)
     program = materialize(model, result.env)
     assert not buffered(program)
     forced = encode(built.workload, hw, fixes=[f"{n}=2" for n in names])
-    assert cpsat.solve(forced.constraints, 60.0).status is Status.INFEASIBLE
+    assert solve(forced.constraints).status is Status.INFEASIBLE
 
 
 @pytest.mark.parametrize("case", [SOFTMAX, VA], ids=lambda c: c.id)
@@ -91,7 +98,7 @@ def test_capacity_is_byte_exact_with_double_buffering(case: Case) -> None:
     built = build(case)
     names = [n for n in built.model.constraints.decisions if n.startswith("buffers.")]
     model = encode(built.workload, built.hw, fixes=[f"{n}=2" for n in names])
-    result = cpsat.solve(model.constraints, 60.0)
+    result = solve(model.constraints)
     assert result.env is not None
     program = materialize(model, result.env)
     assert buffered(program)
@@ -105,7 +112,7 @@ def test_forced_double_buffering_validates_and_proves(case: Case) -> None:
     built = build(case)
     names = [n for n in built.model.constraints.decisions if n.startswith("buffers.")]
     model = encode(built.workload, built.hw, fixes=[f"{n}=2" for n in names])
-    result = cpsat.solve(model.constraints, 60.0)
+    result = solve(model.constraints)
     assert result.env is not None and all(result.env[n] == 2 for n in names)
     program = materialize(model, result.env)
     assert buffered(program)

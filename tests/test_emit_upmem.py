@@ -20,12 +20,11 @@ from typing import NamedTuple
 
 import numpy as np
 import pytest
-from conftest import SMALL_UPMEM, UPMEM_PRIOR
+from conftest import SMALL_UPMEM, UPMEM_PRIOR, solve
 from hypothesis import HealthCheck, assume, given, settings
 from strategies import GeneratedWorkload, workloads
 
 from synth import pipeline
-from synth.constraints import cpsat
 from synth.constraints import expr as ex
 from synth.constraints.cost import Model, build_model
 from synth.constraints.sample import random_schedule
@@ -170,7 +169,7 @@ def test_random_workloads_pass(tmp_path: Path, generated: GeneratedWorkload) -> 
     workload = parse_workload(generated.text, "generated.syn", "generated")
     hw = load_hardware("upmem", SMALL_UPMEM)
     model = without_online(pipeline.encode(workload, hw))  # the emitter refuses it
-    optimum = cpsat.solve(model.constraints, 30.0).env
+    optimum = solve(model.constraints).env
     assert optimum is not None
     inputs = make_inputs(workload, 0)
     expected = evaluate(workload, inputs)
@@ -191,7 +190,7 @@ def test_work_outside_tasklet_loops_waits_at_a_barrier(tmp_path: Path) -> None:
     workload = parse_workload(text, "two.syn", "two")
     hw = load_hardware("upmem", ("rank.count=1", "dpu.count=1", "tasklet.count=1..4"))
     model = build_model(workload, hw, [kernel_for(workload.statements, workload)])  # fused
-    result = cpsat.solve(model.constraints, 30.0)
+    result = solve(model.constraints)
     assert result.env is not None
     program = materialize(model, result.env)
     assert [k.name for k in program.kernels] == ["t_c"]
@@ -540,7 +539,7 @@ def test_random_workloads_pass_double_buffered(tmp_path: Path,
     names = [d for d in pipeline.encode(workload, hw).constraints.decisions
              if d.startswith("buffers.")]
     model = pipeline.encode(workload, hw, fixes=[f"{name}=2" for name in names])
-    optimum = cpsat.solve(model.constraints, 30.0).env
+    optimum = solve(model.constraints).env
     assume(optimum is not None)  # two of every tile may not fit
     inputs = make_inputs(workload, 0)
     expected = evaluate(workload, inputs)

@@ -8,11 +8,11 @@ import json
 from collections.abc import Callable
 
 import pytest
-from conftest import SMALL_UPMEM, TWO_CORES, UPMEM_PRIOR, Built, Case, build, optimum, sample
+from conftest import SMALL_UPMEM, TWO_CORES, UPMEM_PRIOR, Built, Case, build, optimum, sample, solve
 from typer.testing import CliRunner
 
 from synth.cli import app
-from synth.constraints import cpsat, exhaustive
+from synth.constraints import exhaustive
 from synth.constraints.fusion import candidate_groups, illegal_reason
 from synth.constraints.user import user_constraints
 from synth.ir.materialize import materialize
@@ -148,7 +148,7 @@ def _forced(case: Case, fix: str) -> tuple[Built, Program]:
     extra = user_constraints(built.model, (), (fix,))
     cset = dataclasses.replace(built.model.constraints,
                                constraints=built.model.constraints.constraints + tuple(extra))
-    result = cpsat.solve(cset, 30.0)
+    result = solve(cset)
     assert result.env is not None, result.status
     model = dataclasses.replace(built.model, constraints=cset)
     return built, materialize(model, result.env)

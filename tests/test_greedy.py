@@ -10,11 +10,11 @@ import statistics
 import time
 
 import pytest
-from conftest import TWO_CORES
+from conftest import TWO_CORES, solve
 
 from synth import pipeline
-from synth.constraints import cpsat, greedy
 from synth.constraints import expr as ex
+from synth.constraints import greedy
 from synth.constraints.cost import Model, evaluate_cost
 from synth.constraints.result import SolveResult, Status
 from synth.constraints.space import ConstraintSet, NamedConstraint, Slot, SlotKind
@@ -90,7 +90,7 @@ def test_greedy_schedule_satisfies_every_constraint_and_validates(workload: str,
 @pytest.mark.parametrize("workload", sorted(SMALL_SIZES))
 def test_cpsat_optimum_is_never_worse_than_the_greedy(workload: str, hw: str) -> None:
     _, model = small(workload, hw)
-    optimum = cpsat.solve(model.constraints, 60.0)
+    optimum = solve(model.constraints)
     result = solve_greedy(model)
     assert optimum.status is Status.OPTIMAL
     assert result.status is Status.FEASIBLE
@@ -161,7 +161,7 @@ def test_the_order_makes_the_greedy_strictly_worse_on_softmax_upmem() -> None:
     """The seed's case: the greedy fills T and the WRAM tile first, then DPUs and MRAM
     steps; nothing is left for the ranks, and the modelled time is far from optimal."""
     _, model = encoded("softmax", "upmem", (("N", 4096),))
-    optimum = cpsat.solve(model.constraints, 60.0)
+    optimum = solve(model.constraints)
     result = solve_greedy(model)
     assert optimum.status is Status.OPTIMAL and optimum.env is not None
     assert result.env is not None and result.objective is not None
@@ -187,7 +187,7 @@ def test_a_greedy_dead_end_is_not_reported_infeasible() -> None:
     failure = str(result.stats["failure"])
     assert "proves nothing" in failure and "user." in failure
     assert result.stats["repair_passes"] == greedy.MAX_REPAIRS
-    assert cpsat.solve(model.constraints, 30.0).status is Status.OPTIMAL
+    assert solve(model.constraints).status is Status.OPTIMAL
 
 
 def test_the_repair_moves_towards_a_constraint_it_cannot_meet_in_one_step() -> None:
@@ -205,7 +205,7 @@ def test_a_constraint_over_no_decision_proves_infeasibility() -> None:
     result = solve_greedy(model)
     assert result.status is Status.INFEASIBLE
     assert "never holds" in str(result.stats["failure"])
-    assert cpsat.solve(model.constraints, 30.0).status is Status.INFEASIBLE
+    assert solve(model.constraints).status is Status.INFEASIBLE
 
 
 def test_out_of_time_before_a_feasible_point() -> None:

@@ -26,10 +26,10 @@ from conftest import (
     parallel_loops,
     rewrite,
     sample,
+    solve,
 )
 
 from synth import pipeline
-from synth.constraints import cpsat
 from synth.constraints import expr as ex
 from synth.constraints.cost import build_model
 from synth.constraints.result import Status
@@ -483,7 +483,7 @@ def test_verifier_accepts_what_the_constraints_admit() -> None:
     pad = NamedConstraint("user.1", "pad j to 4",
                           ex.Cmp(ex.Var("ext.y.j"), "==", ex.Const(4)))
     model = build_model(workload, hw, one_kernel_per_statement(workload), [pad])
-    result = cpsat.solve(model.constraints, 10.0)
+    result = solve(model.constraints)
     assert result.status is Status.OPTIMAL and result.env is not None
     program = materialize(model, result.env)
     assert pipeline.validate(program, workload).passed  # the schedule is correct

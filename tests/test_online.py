@@ -10,11 +10,10 @@ import json
 
 import numpy as np
 import pytest
-from conftest import TWO_CORES, Built, Case, build
+from conftest import TWO_CORES, Built, Case, build, solve
 from typer.testing import CliRunner
 
 from synth.cli import app
-from synth.constraints import cpsat
 from synth.constraints.fusion import candidate_groups, illegal_reason
 from synth.constraints.space import candidate_kernels
 from synth.constraints.user import user_constraints
@@ -100,7 +99,7 @@ def _forced(case: Case, fix: str) -> tuple[Built, Program]:
     extra = user_constraints(built.model, (), (fix,))
     cset = dataclasses.replace(built.model.constraints,
                                constraints=built.model.constraints.constraints + tuple(extra))
-    result = cpsat.solve(cset, 60.0)
+    result = solve(cset)
     assert result.env is not None, result.status
     model = dataclasses.replace(built.model, constraints=cset)
     return built, materialize(model, result.env)

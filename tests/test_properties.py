@@ -11,13 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from conftest import SMALL_UPMEM, TWO_CORES, check_capacity_boundary
+from conftest import SMALL_UPMEM, TWO_CORES, check_capacity_boundary, solve
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from strategies import GeneratedWorkload, workloads
 
 from synth import pipeline
-from synth.constraints import cpsat, exhaustive
+from synth.constraints import exhaustive
 from synth.constraints import expr as ex
 from synth.constraints.cost import Model, evaluate_cost
 from synth.constraints.result import Status
@@ -64,7 +64,7 @@ def check_workload(generated: GeneratedWorkload, hw_name: str) -> None:
     model = pipeline.encode(workload, hw)
     cset = model.constraints
 
-    result = cpsat.solve(cset, 30.0)
+    result = solve(cset)
     assert result.status is Status.OPTIMAL, result.status
     assert result.env is not None and result.objective is not None
     assert cset.violated(result.env) == []
@@ -113,7 +113,7 @@ def test_exhaustive_agrees_with_cpsat_on_random_workloads(generated: GeneratedWo
         return
     event("enumerated")
     brute = exhaustive.solve(cset, 60.0)
-    smart = cpsat.solve(cset, 30.0)
+    smart = solve(cset)
     assert (brute.status, brute.objective) == (smart.status, smart.objective)
     if brute.env is not None:
         assert cset.violated(brute.env) == []

@@ -9,12 +9,12 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from conftest import SMALL_UPMEM
+from conftest import SMALL_UPMEM, solve
 from typer.testing import CliRunner
 
 from synth import hwfile, pipeline
 from synth.cli import app
-from synth.constraints import cpsat, user
+from synth.constraints import user
 from synth.constraints.result import Status
 from synth.errors import InputError, LocatedError
 from synth.hwfile import RESERVED_SYMBOLS, load_hardware
@@ -67,7 +67,7 @@ def test_expressions_at_the_depth_limit_run_through_every_stage(rhs: str) -> Non
     workload = parse_workload(text, "deep.syn", "deep")
     hw = load_hardware("upmem", SMALL_UPMEM)
     model = encode(workload, hw)
-    result = cpsat.solve(model.constraints, 30.0)
+    result = solve(model.constraints)
     assert result.env is not None
     program = materialize(model, result.env)
     assert print_program(program)

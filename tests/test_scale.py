@@ -7,7 +7,7 @@ limits far from any case here), never from the wall clock."""
 from __future__ import annotations
 
 import pytest
-from conftest import SMALL_UPMEM, TWO_CORES
+from conftest import SMALL_UPMEM, TWO_CORES, solve
 
 from synth import pipeline
 from synth.constraints import cpsat, decompose, partition
@@ -75,9 +75,9 @@ def test_partition_gives_the_optimum_the_covers_give(workload: str, hw: str,
     assert set(SMALL) | {"transformer"} == set(list_builtin_workloads())
     cset = model_of(workload, hw, SMALL[workload]).constraints
     monkeypatch.setattr(decompose, "MAX_COVERS", 10**9)
-    covers = cpsat.solve(cset, 120.0)
+    covers = solve(cset)
     monkeypatch.setattr(decompose, "MAX_COVERS", 0)
-    parts = cpsat.solve(cset, 120.0)
+    parts = solve(cset)
     assert covers.status is Status.OPTIMAL and parts.status is Status.OPTIMAL
     assert parts.objective == covers.objective
     assert cset.violated(dict(parts.env or {})) == []
@@ -90,7 +90,7 @@ def test_transformer_uses_the_partition_and_proves_its_optimum() -> None:
     names = [n for n in model.constraints.decisions if n.startswith("fuse.")]
     covers = decompose._exact_covers(model.constraints, names, decompose.MAX_COVERS)
     assert len(covers) > decompose.MAX_COVERS  # too many to enumerate
-    result = cpsat.solve(model.constraints, 120.0)
+    result = solve(model.constraints)
     assert result.status is Status.OPTIMAL
     assert result.stats["candidates"] == result.stats["candidates_solved"] == len(names)
 
@@ -99,7 +99,7 @@ def test_a_50_statement_chain_is_solved_by_candidates() -> None:
     workload = parse_workload(chain(50), "chain.syn", "chain")
     hw = pipeline.hardware(pipeline.Request("va", "cpu", hw_overrides=TWO_CORES))
     model = pipeline.encode(workload, hw)
-    result = cpsat.solve(model.constraints, 300.0)
+    result = solve(model.constraints)
     assert result.status is Status.OPTIMAL
     assert 250 < int(result.stats["candidates"]) < 300  # groups of 1..6 neighbours: 285
 
@@ -124,7 +124,7 @@ def test_candidates_stop_at_the_deadline_with_a_gap() -> None:
 
     def solve_fixed(cover, limit, most):  # type: ignore[no-untyped-def]
         return decompose.solve_by_parts(cover, limit, "cpsat", lambda part, left, share: (
-            cpsat._solve_part(part, left, 1, share, cache.bounds)), cache, most)
+            cpsat._solve_part(part, left, cpsat.Effort(), share, cache.bounds)), cache, most)
 
     result = partition.solve(cset, Deadline(0.0), "cpsat", solve_fixed)
     assert result is not None

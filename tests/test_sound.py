@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from conftest import solve
 from ortools.sat.python import cp_model
 
 from synth import pipeline
@@ -65,15 +66,15 @@ def encoded(path: str, **kw: object) -> pipeline.Model:
 
 
 def test_4d_attention_scores_on_upmem_solve_to_optimal(scores: str) -> None:
-    result = cpsat.solve(encoded(scores).constraints, LIMIT_S)
+    result = solve(encoded(scores).constraints)
     assert result.status is Status.OPTIMAL and result.env is not None
     assert not encoded(scores).constraints.violated(result.env)
 
 
 def test_dropping_groups_never_makes_the_scores_infeasible(scores: str) -> None:
     model = encoded(scores, drops=("capacity", "transfer", "count"))
-    result = cpsat.solve(model.constraints, LIMIT_S)
-    optimum = cpsat.solve(encoded(scores).constraints, LIMIT_S)
+    result = solve(model.constraints)
+    optimum = solve(encoded(scores).constraints)
     assert result.status is Status.OPTIMAL
     assert result.objective is not None and optimum.objective is not None
     assert result.objective <= optimum.objective  # fewer constraints: never worse
@@ -92,7 +93,7 @@ def test_a_wrong_infeasible_is_replaced_by_the_schedule_found_without_presolve(
         return result if not presolve else SolveResult("cpsat", Status.INFEASIBLE, 0.0)
 
     monkeypatch.setattr(cpsat, "_solve", wrong)
-    result = cpsat.solve(model.constraints, LIMIT_S)
+    result = solve(model.constraints)
     assert result.status is Status.OPTIMAL and result.stats["presolve_disagreed"] == 1
 
 
@@ -101,7 +102,7 @@ def test_a_real_infeasible_is_confirmed() -> None:
                                hw_overrides=("wram.capacity=2056",), validate=False)
     model = pipeline.encode(pipeline.parse(request), pipeline.hardware(request),
                             request.constraints)
-    result = cpsat.solve(model.constraints, LIMIT_S)
+    result = solve(model.constraints)
     assert result.status is Status.INFEASIBLE
     assert result.stats["confirmed_without_presolve"] == 1
 

@@ -7,11 +7,10 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import Case, build, optimal_program, optimum
+from conftest import Case, build, optimal_program, optimum, solve
 from typer.testing import CliRunner
 
 from synth.cli import app
-from synth.constraints import cpsat
 from synth.constraints.dst import MAX_BUFFERS, live_tiles, op_kind, tiled_units
 from synth.constraints.result import Status
 from synth.errors import InputError
@@ -119,7 +118,7 @@ def test_a_kernel_has_at_most_32_dataflow_buffers(inputs: int, status: Status) -
     expr = " + ".join(f"a{n}[i]" for n in range(inputs))
     text = f"size N = 1024\n{decls}out y : f32[N]\ny[i] = {expr}\n"
     model = encode(parse_workload(text, "wide.syn", "wide"), load_hardware("wormhole"))
-    assert cpsat.solve(model.constraints, 60.0).status is status
+    assert solve(model.constraints).status is status
     [count] = [c for c in model.constraints.constraints if c.group == "count.buffers"]
     assert f"{inputs + 1} dataflow buffers" in count.meaning
 
@@ -141,7 +140,7 @@ def test_batch_and_head_dimensions_are_not_tiled_and_hold_one_index_per_block() 
     meanings = [c.meaning for c in model.constraints.constraints if c.group == "tile"]
     assert any("a block holds one b" in m for m in meanings)
     assert any("a block holds one h" in m for m in meanings)
-    result = cpsat.solve(model.constraints, 60.0)
+    result = solve(model.constraints)
     assert result.status is Status.OPTIMAL and result.env is not None
     assert result.env["ext.m.h"] == 3  # not padded to 32
     assert result.env["Q.m.h"] == result.env["Q.m.b"] == 1

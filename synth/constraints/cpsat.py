@@ -16,9 +16,11 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
 from ortools.sat.python import cp_model
 
 from synth.constraints import expr as ex
+from synth.constraints import tables
 from synth.constraints.decompose import PartCache, solve_by_covers, solve_by_parts
 from synth.constraints.result import SolveResult, Status
 from synth.constraints.space import ConstraintSet
@@ -150,6 +152,42 @@ class Lowering:
         else:
             model.add(aux == self.linear(term))
 
+    # -- redundant tables -------------------------------------------------------
+
+    def add_dimension_tables(self) -> None:
+        """For each dimension, one table of its valid factor assignments with a column
+        for every auxiliary term and condition over it alone (see `tables`). Call it
+        after every constraint and the objective are lowered: the columns are the terms
+        they created."""
+        memo: dict[int, tuple[object, frozenset[str]]] = {}
+        for names in tables.dimension_variables(self.cset):
+            inside = set(names)
+
+            def over_dimension(node: ex.Int | ex.Cond) -> bool:
+                found = ex.variable_set(node, memo)
+                return bool(found) and found <= inside  # noqa: B023 (used at once)
+
+            rows = tables.valid_rows(self.cset, names, [
+                c.cond for c in self.cset.constraints if over_dimension(c.cond)])
+            if rows is None:
+                continue
+            columns: list[tuple[ex.Int | ex.Cond, cp_model.IntVar]] = [
+                (term, var) for (term, _), var in self._aux.items() if over_dimension(term)]
+            columns += [(cond, var) for cond, var in self._bools.items() if over_dimension(cond)]
+            evaluator = tables.Evaluator(rows.env)
+            keep = np.ones(rows.count, dtype=bool)
+            values = [rows.env[n] for n in names]
+            for term, var in columns:
+                column, defined = evaluator.column(term)
+                domain = list(var.proto.domain)
+                keep &= defined & (column >= domain[0]) & (column <= domain[-1])
+                values.append(column)
+            if np.count_nonzero(keep) > tables.TABLE_LIMIT:
+                continue
+            table: list[list[int]] = np.stack(values, axis=1)[keep].tolist()
+            self.model.add_allowed_assignments(
+                [self.vars[n] for n in names] + [var for _, var in columns], table)
+
     # -- conditions -------------------------------------------------------------
 
     def bool_of(self, cond: ex.Cond) -> cp_model.IntVar:
@@ -223,7 +261,8 @@ def _split_coefficient(term: ex.Prod) -> tuple[int, list[ex.Int]]:
 
 
 def solve(cset: ConstraintSet, time_limit_s: float = 30.0, workers: int = 1,
-          cutoff: int | None = None, cache: PartCache | None = None) -> SolveResult:
+          cutoff: int | None = None, cache: PartCache | None = None,
+          work_limit_s: float | None = None) -> SolveResult:
     """Minimise the objective of `cset`: status, solution and proven bound; with
     `cutoff`, INFEASIBLE when no schedule costs at most that. `cache` may be shared by
     solves of sets with the same decisions (e.g. the same model less some constraints):
@@ -237,13 +276,18 @@ def solve(cset: ConstraintSet, time_limit_s: float = 30.0, workers: int = 1,
     and a fixed seed make the result deterministic.
 
     A verdict of INFEASIBLE (without `cutoff`) is confirmed before it is returned: the
-    whole problem is solved again without CP-SAT's presolve (`confirm_infeasible`)."""
+    whole problem is solved again without CP-SAT's presolve (`confirm_infeasible`).
+
+    `work_limit_s` bounds each CP-SAT call by deterministic time too (CP-SAT's own
+    measure of work, about a second of a fast core per unit): with one worker, a verdict
+    reached within it does not depend on the machine's speed (tests use it)."""
     start = time.perf_counter()
-    result = _solve(cset, time_limit_s, workers, cutoff, cache, presolve=True)
+    effort = Effort(workers, work_limit_s)
+    result = _solve(cset, time_limit_s, effort, cutoff, cache, presolve=True)
     if result.status is not Status.INFEASIBLE or cutoff is not None:
         return result
     left = time_limit_s - (time.perf_counter() - start)
-    return confirm_infeasible(result, _solve(cset, max(left, MIN_CONFIRM_S), workers, None,
+    return confirm_infeasible(result, _solve(cset, max(left, MIN_CONFIRM_S), effort, None,
                                              None, presolve=False))
 
 
@@ -268,14 +312,23 @@ def confirm_infeasible(verdict: SolveResult, again: SolveResult) -> SolveResult:
                             "in time"})
 
 
-def _solve(cset: ConstraintSet, time_limit_s: float, workers: int, cutoff: int | None,
+@dataclasses.dataclass(frozen=True)
+class Effort:
+    """How each CP-SAT call runs besides its wall-clock limit: its workers, and a bound
+    on its deterministic time (None: none)."""
+
+    workers: int = 1
+    work_limit_s: float | None = None
+
+
+def _solve(cset: ConstraintSet, time_limit_s: float, effort: Effort, cutoff: int | None,
            cache: PartCache | None, presolve: bool) -> SolveResult:
     solved = PartCache() if cache is None else cache  # parts that recur across covers
     with _without_cycle_collection():
         return solve_by_covers(cset, time_limit_s, "cpsat", lambda cover, limit, most: (
             solve_by_parts(cover, limit, "cpsat",
                            lambda part, left, share: _solve_part(
-                               part, left, workers, share, solved.bounds, presolve),
+                               part, left, effort, share, solved.bounds, presolve),
                            solved, most)), cutoff, partitioned=True, memo=solved.variables)
 
 
@@ -294,7 +347,7 @@ def _without_cycle_collection() -> Iterator[None]:
             gc.enable()
 
 
-def _solve_part(cset: ConstraintSet, time_limit_s: float, workers: int,
+def _solve_part(cset: ConstraintSet, time_limit_s: float, effort: Effort,
                 cutoff: int | None = None, bounds_memo: ex.BoundsMemo | None = None,
                 presolve: bool = True) -> SolveResult:
     """The optimum of one part; with `cutoff`, INFEASIBLE when none is at most that.
@@ -315,10 +368,54 @@ def _solve_part(cset: ConstraintSet, time_limit_s: float, workers: int,
     if cutoff is not None:  # another fusion cover already does better than this
         lowering.model.add(objective <= cutoff)
     lowering.model.minimize(objective)
-    solver = new_solver(time_limit_s, workers)
-    solver.parameters.cp_model_presolve = presolve
+    # cheap first: most parts are proved within a fraction of a second as they are
+    first_work = FIRST_WORK_S if effort.work_limit_s is None else min(
+        FIRST_WORK_S, effort.work_limit_s)
+    solver = _configured(time_limit_s, effort.workers, first_work, presolve)
     code = solver.solve(lowering.model)
-    return result_of(solver, code, lowering, time.perf_counter() - start)
+    first = result_of(solver, code, lowering, time.perf_counter() - start)
+    if first.status in (Status.OPTIMAL, Status.INFEASIBLE):
+        return first
+    # a hard part: again with each dimension's table (see `tables`), from the best
+    # schedule found so far
+    if first.env is not None:
+        for name in cset.decisions:
+            lowering.model.add_hint(lowering.vars[name], first.env[name])
+    lowering.add_dimension_tables()
+    work_left = None if effort.work_limit_s is None else max(
+        effort.work_limit_s - solver.deterministic_time, 0.0)
+    elapsed = time.perf_counter() - start
+    # without presolve: on tables CP-SAT 9.15's presolve can take seconds to propagate
+    # products through the columns' sparse domains (ex. a 1-row-of-13 i32 min on upmem:
+    # 15 s of presolve, then 64 branches), and the search itself is quick
+    solver = _configured(max(time_limit_s - elapsed, 0.0), effort.workers, work_left,
+                         presolve=False)
+    code = solver.solve(lowering.model)
+    second = result_of(solver, code, lowering, time.perf_counter() - start)
+    stats = {key: _count(first, key) + _count(second, key) for key in ("branches", "conflicts")}
+    if second.env is None and first.env is not None:  # out of time before a schedule
+        return dataclasses.replace(first, wall_s=second.wall_s, stats=stats)
+    return dataclasses.replace(second, stats=stats)
+
+
+def _count(result: SolveResult, key: str) -> int:
+    value = result.stats.get(key, 0)
+    return value if isinstance(value, int) else 0
+
+
+# Deterministic seconds CP-SAT gets on a part before the dimension tables are added:
+# they make hard parts easy (a 3-D reduction on upmem: over 30 s without, 0.02 s with;
+# attention/upmem 9.6 -> 3.0 s CPU), but they cost more than most parts take without.
+FIRST_WORK_S = 0.5
+
+
+def _configured(time_limit_s: float, workers: int, work_limit_s: float | None,
+                presolve: bool) -> cp_model.CpSolver:
+    solver = new_solver(time_limit_s, workers)
+    if work_limit_s is not None:
+        solver.parameters.max_deterministic_time = work_limit_s
+    solver.parameters.cp_model_presolve = presolve
+    return solver
 
 
 def new_solver(time_limit_s: float, workers: int) -> cp_model.CpSolver:
