@@ -165,3 +165,12 @@ def test_the_model_charges_the_copies_the_emitted_code_makes(seed: int) -> None:
     modelled = evaluate_cost(built.model, dict(env))["pack"]
     per_byte = built.hw.memory("l2").ps_per_byte
     assert modelled == pytest.approx(copied_bytes(case, program) * per_byte, abs=1)
+
+
+def test_a_matrix_vector_products_matrix_is_not_packed() -> None:
+    """mv's A[m, n] is indexed by every dimension of y[m]: each element is used once, and
+    packing would only copy it (neither the emitter packs it nor the model charges it)."""
+    case = Case.of("mv", "cpu", {"M": 63, "N": 100})
+    program = optimal_program(case)
+    assert not packs(case, program)
+    assert evaluate_cost(build(case).model, dict(optimum(case).env or {}))["pack"] == 0
