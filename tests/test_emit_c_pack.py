@@ -5,23 +5,20 @@ tiles, zeros packed past the tensor's edge) and under AddressSanitizer and UBSan
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import Case, build, optimal_program, optimum, sample
+from conftest import Case, build, optimal_program
 from test_emit_c import assert_passes, emit_and_check, sanitized
 
-from synth.constraints.cost import evaluate_cost
 from synth.emit import c_pack
 from synth.emit.c import KernelWriter, ProgramWriter
 from synth.emit.c_pack import Pack, contraction, exact_div
 from synth.hwfile import load_hardware
-from synth.ir.materialize import materialize
-from synth.ir.nodes import Affine, BufferDecl, Load, Loop, LoopKind, Node, Program
+from synth.ir.nodes import Affine, BufferDecl, Program
 from synth.lang import parse_workload
 from synth.workload import DType
 
@@ -129,48 +126,8 @@ def test_packed_code_under_the_sanitizers(tmp_path: Path,
     assert_passes(check)
 
 
-def copied_bytes(case: Case, program: Program) -> int:
-    """Bytes one unit copies into packed tiles: each load of a packed tile, as often as
-    the sequential loops around it run (the parallel loops give each unit its share),
-    its rows (along the tensor's last axis) in whole 64-byte cache lines."""
-    found = packs(case, program)
-    total = 0
-
-    def visit(nodes: tuple[Node, ...], times: int) -> None:
-        nonlocal total
-        for node in nodes:
-            if isinstance(node, Loop):
-                visit(node.body, times * (node.var.extent if node.var.kind
-                                          is LoopKind.SEQUENTIAL else 1))
-            elif isinstance(node, Load) and node.dst in found:
-                decl = found[node.dst].decl
-                row = -(-decl.shape[-1] * decl.dtype.itemsize // 64) * 64
-                total += times * math.prod(decl.shape[:-1]) * row
-
-    for kernel in program.kernels:
-        visit(kernel.body, 1)
-    return total
-
-
-@pytest.mark.parametrize("seed", [0, 1, 2, 3, 4, 5])
-def test_the_model_charges_the_copies_the_emitted_code_makes(seed: int) -> None:
-    """The cost model's `pack` part is the packed tiles' lines at the L2's fill rate,
-    for the tiles the emitter packs and as often as the loop nest loads them: the model
-    that picks the blocks prices the code that runs them (0 when nothing is packed)."""
-    case = gemm_case({"M": 96, "N": 64, "K": 48})
-    built = build(case)
-    env = optimum(case).env if seed == 0 else sample(case, seed)
-    assert env is not None
-    program = materialize(built.model, env)
-    modelled = evaluate_cost(built.model, dict(env))["pack"]
-    per_byte = built.hw.memory("l2").ps_per_byte
-    assert modelled == pytest.approx(copied_bytes(case, program) * per_byte, abs=1)
-
-
 def test_a_matrix_vector_products_matrix_is_not_packed() -> None:
     """mv's A[m, n] is indexed by every dimension of y[m]: each element is used once, and
-    packing would only copy it (neither the emitter packs it nor the model charges it)."""
+    packing would only copy it."""
     case = Case.of("mv", "cpu", {"M": 63, "N": 100})
-    program = optimal_program(case)
-    assert not packs(case, program)
-    assert evaluate_cost(build(case).model, dict(optimum(case).env or {}))["pack"] == 0
+    assert not packs(case, optimal_program(case))

@@ -640,7 +640,7 @@ def kernel_cost(kt: KernelTerms, workload: Workload) -> dict[str, ex.Int]:
         "launch": launch_cost(kt),
         "combine": combine_cost(kt, workload),
         "device_combine": device_combine_cost(kt, workload),
-        "pack": ex.add(pack_cost(kt), roofline.packing_cost(kt, workload)),
+        "pack": pack_cost(kt),
     }
     overlapping: dict[str, ex.Int] = {}
     for slot, mem in _memory_slots(kt):
@@ -1000,10 +1000,8 @@ def transfer_cost(kt: KernelTerms, workload: Workload, mem: Memory, slot: int) -
     shared = kt.hw.level_index(mem.shared_by)
     serial = ex.mul(*(kt.units(s) for s in kt.spatial_between(shared,
                                                               kt.slots[slot].level_index)))
-    packed = roofline.packed_operands(kt, workload, slot)  # the core copies them itself
-    total = [ex.select(exchanged_on_device(kt, use, slot), 0, roofline.when_all(
-                 packed.get(use.tensor, (False,)), 0, tensor_transfer_cost(
-                     kt, use, mem, slot, element_bytes(kt, workload, use, mem, moving=True))))
+    total = [ex.select(exchanged_on_device(kt, use, slot), 0, tensor_transfer_cost(
+                 kt, use, mem, slot, element_bytes(kt, workload, use, mem, moving=True)))
              for use in kt.moving()]
     return ex.scale(ex.add(*total), serial)
 

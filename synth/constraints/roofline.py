@@ -19,33 +19,17 @@ What the emitted C does (`synth.emit.c`), and so what is priced here:
   a fraction of the FMA throughput a 6 x 32 one reaches (as BLIS's micro-kernels show).
 - Caches are filled by the hardware while the core computes: a kernel takes the longest
   of its compute and its overlapping transfers, not their sum (`overlapped_parts`).
-- Except the operand tiles of a contraction that the emitter packs (`packed_operands`,
-  `synth.emit.c_pack`): the core copies those into its private cache each time the loop
-  nest loads them, so their fills are work of their own, not hidden behind the compute
-  (`packing_cost`): a schedule whose cache tiles reuse each packed element little (or
-  reload them often) pays for the copies.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections import Counter
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
 
 from synth.constraints import expr as ex
 from synth.hardware import Compute
-from synth.vectors import (
-    contraction,
-    pack_memory,
-    packable_operand,
-    vector_dim,
-    vectorisable,
-)
+from synth.vectors import vector_dim, vectorisable
 from synth.workload import BinOp, ReduceOp, Statement, Workload, op_classes
-
-if TYPE_CHECKING:
-    from synth.constraints.cost import KernelTerms
 
 
 def vector_ops(stmt: Statement, compute: Compute) -> Counter[str]:
@@ -116,60 +100,3 @@ def overlapped_parts(compute: ex.Int, transfers: Mapping[str, ex.Int]) -> dict[s
         out[key] = ex.add(grown, ex.mul(-1, longest))
         longest = grown
     return out
-
-
-def packed_operands(kt: KernelTerms, workload: Workload, slot: int
-                    ) -> dict[str, tuple[ex.Cond | bool, ...]]:
-    """The operands whose tiles in memory `slot` the C emitter packs, each with the
-    conditions under which it does, all of them (`synth.emit.c_pack.plan_packs`): in
-    the units' private cache (`pack_memory`), the operands of a vectorised contraction
-    (whole vectors in the register tile) that the kernel does not write. (A condition on
-    the reuse of the tile, which would let a schedule skip packing, made CP-SAT's search
-    far slower: swiglu's 60 s solve ended at 2.4x its optimum.)"""
-    compute = kt.hw.compute
-    if not compute.vector_tiles or kt.slots[slot].name != pack_memory(kt.hw):
-        return {}
-    innermost = len(kt.slots) - 1
-    vector = kernel_vector_dim(kt.kernel.statements)
-    written = {s.target for s in kt.kernel.statements}
-    out: dict[str, tuple[ex.Cond | bool, ...]] = {}
-    for stmt in kt.kernel.core:
-        operands = contraction(stmt)
-        width = lanes(stmt, vector, workload, compute)
-        if operands is None or width <= 1 or vector is None:
-            continue
-        whole = whole_vectors(kt.tile(vector, innermost), width, kt.factors.domains)
-        for access in operands:
-            if access.tensor in written or not packable_operand(stmt, access):
-                continue
-            out[access.tensor] = (whole,)
-    return out
-
-
-def when_all(conds: tuple[ex.Cond | bool, ...], then: ex.Int | int, other: ex.Int | int
-             ) -> ex.Int:
-    """`then` where every condition holds, else `other` (nested selects)."""
-    term = ex.as_int(then)
-    for cond in reversed(conds):
-        term = ex.select(cond, term, other)
-    return term
-
-
-def packing_cost(kt: KernelTerms, workload: Workload) -> ex.Int:
-    """The core's copies of packed operand tiles into its private cache: each tile's
-    bytes at the cache's fill rate, every time the loop nest loads it (the emitter
-    packs at each load: the cache's keeping a tile across loops does not apply)."""
-    from synth.constraints.cost import tensor_transfer_cost  # builds on this module
-
-    total: list[ex.Int] = []
-    for slot, placed in enumerate(kt.slots):
-        packed = packed_operands(kt, workload, slot)
-        if not packed:
-            continue
-        mem = dataclasses.replace(kt.hw.memory(placed.name), cache=False)
-        for use in kt.moving():
-            if use.tensor in packed:
-                itemsize = workload.tensors[use.tensor].dtype.itemsize
-                total.append(when_all(packed[use.tensor], tensor_transfer_cost(
-                    kt, use, mem, slot, itemsize), 0))
-    return ex.add(*total)

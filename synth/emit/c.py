@@ -362,7 +362,7 @@ class KernelWriter:
         self.in_parallel = False
         # the operands' cache tiles packed into panels (synth.emit.c_pack)
         self.packs: dict[str, Pack] = plan_packs(kernel, writer.workload, writer.hw,
-                                                 self.decls, self.parents, self.vectorised)
+                                                 self.decls, self.parents, self.vector)
         self.packer = PackWriter(self)
 
     @property

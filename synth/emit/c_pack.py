@@ -21,10 +21,11 @@ packed, instead of at every register tile). Elements of a tile past the tensor's
 are packed as 0 (the emitted code never reads them: ragged register tiles take the
 scalar path).
 
-Every such tile with both a free and a reduced dimension that the kernel never writes
-is packed, as the cost model charges it (`synth.constraints.roofline.packing_cost`:
-the copies are the core's work, so the solver picks cache tiles that reuse each packed
-element enough). `PACKING = False` turns packing off (the tests' unpacked path). The buffers are
+Every such tile with both a free and a reduced dimension, not indexed by every
+dimension of the target (`synth.vectors.packable_operand`), that the kernel never
+writes is packed. The cost model does not price the copies yet (a copy term made
+CP-SAT's search far slower). `PACKING = False` turns packing off (the tests'
+unpacked path). The buffers are
 file-scope, allocated on the first call (one per parallel unit) and kept for the
 process's lifetime, so repeated calls pay no page faults.
 """
@@ -39,7 +40,7 @@ from typing import TYPE_CHECKING
 from synth.emit.cstyle import Code
 from synth.hardware import Hardware
 from synth.ir.nodes import Affine, Alloc, BufferDecl, Compute, Kernel, Loop, LoopKind, Node
-from synth.vectors import contraction, pack_memory, packable_operand
+from synth.vectors import contraction, pack_memory, packable_operand, vectorisable
 from synth.workload import Access, Statement, Workload
 
 if TYPE_CHECKING:
@@ -113,20 +114,23 @@ def divisible(value: Affine, by: int) -> bool:
 
 def plan_packs(kernel: Kernel, workload: Workload, hw: Hardware,
                decls: Mapping[str, BufferDecl], parents: Mapping[str, str],
-               vectorised: Callable[[Statement, Sequence[str], Sequence[int]], bool]
-               ) -> dict[str, Pack]:
-    """The cache tiles of `kernel` to pack, by buffer name (see the module's doc)."""
+               vector: str | None) -> dict[str, Pack]:
+    """The cache tiles of `kernel` to pack, by buffer name (see the module's doc): the
+    operands of its contractions with a vector form along `vector`, the kernel's vector
+    dimension (`synth.constraints.roofline.packed_operands` charges the same)."""
     memory = pack_memory(hw)
     if memory is None or not PACKING:
         return {}
     written = {workload.statement(s).target for s in kernel.statements}
+    dtypes = {name: t.dtype for name, t in workload.tensors.items()}
     parallel = _parallel_around(kernel.body, ())
     found: dict[str, Pack] = {}
     refused: set[str] = set()
     for node in _computes(kernel.body):
         stmt = workload.statement(node.statement)
         operands = contraction(stmt)
-        if operands is None or not vectorised(stmt, node.dims, node.tile):
+        if operands is None or not vectorisable(stmt, dtypes) or vector is None \
+                or vector not in stmt.dims:
             continue
         for access in operands:
             if access.tensor in written:
