@@ -132,6 +132,7 @@ def layouts(program: Program, workload: Workload) -> dict[str, Layout]:
                 ends[alloc.tensor][axis] = max(ends[alloc.tensor][axis], end)
     out = {}
     columns, rows = _vector_kinds(program)
+    _check_leading(program, columns)
     for name, shape in ends.items():
         if not shape:  # a scalar: one tile, the value at (0, 0) (a full reduction's place)
             out[name] = Layout(EDGE, EDGE, False, False)
@@ -149,6 +150,24 @@ def layouts(program: Program, workload: Workload) -> dict[str, Layout]:
 
 def _pad(extent: int, unit: int) -> int:
     return -(-extent // unit) * unit
+
+
+def _check_leading(program: Program, columns: set[str]) -> None:
+    """A tensor's leading indices are batch dimensions, one per block: none may be an
+    index another tensor of the kernel is tiled along (the transformer's Wq[d, h, e],
+    whose d is a matrix index of xn[s, d])."""
+    for kernel in program.kernels:
+        decls = [a for a, _ in _allocs(kernel.body, {})]
+        units = tile_units([a.dims for a in decls], EDGE)
+        for a in decls:
+            lead = a.dims[:-1] if a.tensor in columns else a.dims[:-2]
+            tiled = [d for d in lead if d in units]
+            if tiled:
+                raise EmitError(f"--emit ttlang: tensor {a.tensor}[{', '.join(a.dims)}] in "
+                                f"kernel {kernel.name} has a leading index {tiled[0]} that "
+                                "the kernel tiles (a matrix index of another tensor); "
+                                "tt-lang views here take leading indices as batch "
+                                "dimensions only")
 
 
 def _vector_kinds(program: Program) -> tuple[set[str], set[str]]:
