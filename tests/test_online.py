@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,6 +18,8 @@ from synth.cli import app
 from synth.constraints.fusion import candidate_groups, illegal_reason
 from synth.constraints.space import candidate_kernels
 from synth.constraints.user import user_constraints
+from synth.emit.c import emit_c
+from synth.emit.c_check import check_c
 from synth.ir.interpret import interpret
 from synth.ir.materialize import materialize
 from synth.ir.nodes import Program, Rescale, Running, walk
@@ -25,7 +28,7 @@ from synth.ir.printer import print_program
 from synth.ir.prove import prove
 from synth.ir.verify import verify
 from synth.lang import load_workload, parse_workload
-from synth.reference import evaluate, make_inputs
+from synth.reference import evaluate, evaluate_errors, make_inputs
 
 ATTENTION = Case.of("attention", "cpu", {"S": 64, "D": 16}, TWO_CORES)
 
@@ -133,6 +136,17 @@ def test_the_online_kernel_matches_the_reference_where_exp_overflows() -> None:
     assert "running m_reg -> m_reg_prev" in text and "rescale o_reg *= exp(-1 *" in text
 
 
+def test_the_emitted_c_matches_where_exp_overflows(tmp_path: Path) -> None:
+    built, program = _forced(ATTENTION, "online.m_p_l_o_O=1")
+    inputs = _large("attention", {"S": 64, "D": 16})
+    expected, bounds = evaluate_errors(built.workload, inputs)
+    emit_c(program, built.workload, built.hw, tmp_path, inputs, expected, bounds)
+    source = (tmp_path / "kernels.c").read_text()
+    assert "rescaled to the new maximum" in source
+    check = check_c(tmp_path, time_runs=False)
+    assert check.passed, check.log[-3000:]
+
+
 def test_a_wrong_rescale_is_caught_by_validation() -> None:
     built, program = _forced(ATTENTION, "online.m_p_l_o_O=1")
     kernels = tuple(dataclasses.replace(k, body=_drop_rescales(k.body))
@@ -174,3 +188,16 @@ def test_emitters_without_the_rewrite_refuse_it() -> None:
     with pytest.raises(OnlineEmitError, match="--fix online.m_p_l_o_O=0"):
         refuse_online(program, "--emit mlir")
     assert any(isinstance(n, Running) for k in program.kernels for n in walk(k.body))
+
+
+def test_tt_lang_models_leave_out_the_rewrite_tt_lang_cannot_emit() -> None:
+    """`online.ttlang`, like `reduce.local`: the model states the emitter's limit;
+    dropping it shows the schedule the cost model prefers there (online at this size)."""
+    runner = CliRunner()
+    args = ["solve", "attention", "--hw", "wormhole", "--set", "S=64", "--set", "D=32",
+            "--no-validate", "--json"]
+    kept = json.loads(runner.invoke(app, args).stdout)
+    dropped = json.loads(runner.invoke(app, [*args, "--drop", "online.ttlang"]).stdout)
+    assert not any(v == 1 for n, v in kept["variables"].items() if n.startswith("online."))
+    assert any(v == 1 for n, v in dropped["variables"].items() if n.startswith("online."))
+    assert dropped["solver"]["objective"] < kept["solver"]["objective"]
