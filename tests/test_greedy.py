@@ -6,7 +6,6 @@ of that order (it fills the tasklets and the WRAM tile before the ranks)."""
 from __future__ import annotations
 
 import functools
-import statistics
 import time
 
 import pytest
@@ -112,17 +111,14 @@ def test_greedy_is_deterministic() -> None:
 
 
 @pytest.mark.parametrize("hw", sorted(HARDWARE))
-def test_greedy_is_fast_on_every_builtin_at_default_sizes(hw: str) -> None:
-    # the transformer block (22 statements, 50 candidate kernels) takes the greedy about
-    # 0.7 s idle: it is measured in benchmarks/scale.py, not held to this bound
+def test_greedy_finds_a_schedule_on_every_builtin_at_default_sizes(hw: str) -> None:
+    # its speed (under 0.5 s each; the transformer block about 0.7 s idle) is measured in
+    # benchmarks/greedy_vs_optimal.py and benchmarks/scale.py, not held to in a test
     for workload in (w for w in list_builtin_workloads() if w != "transformer"):
         _, model = encoded(workload, hw)
-        walls = []
-        for _ in range(3):
-            result = solve_greedy(model)
-            assert result.status is Status.FEASIBLE, (workload, result.stats)
-            walls.append(result.wall_s)
-        assert statistics.median(walls) < 0.5, (workload, walls)
+        result = solve_greedy(model)
+        assert result.status is Status.FEASIBLE, (workload, result.stats)
+        assert result.env is not None and model.constraints.violated(result.env) == []
 
 
 # ---------------------------------------------------------------- the seed's order

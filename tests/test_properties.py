@@ -83,7 +83,7 @@ def check_workload(generated: GeneratedWorkload, hw_name: str) -> None:
         check_program(materialize(model, env), workload, model, env, hw_name, tag)
 
 
-@examples(60)
+@examples(40)
 @given(workloads())
 def test_random_workloads_on_upmem(generated: GeneratedWorkload) -> None:
     check_workload(generated, "upmem")
