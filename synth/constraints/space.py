@@ -320,6 +320,7 @@ def build_factors(kernels: Sequence[KernelSpec], hw: Hardware, slots: tuple[Slot
             innermost = len(slots) - 1
             values[innermost] = whole_vector_candidates(kernel, dim, hw, values[innermost],
                                                         extent)
+            _online_candidates(kernel, dim, slots, values)
             ext = _variable(domains, f"ext.{kernel.name}.{dim}",
                             padded_extents(extent, list(values.values())))
             for index, candidates in values.items():
@@ -337,6 +338,20 @@ def build_factors(kernels: Sequence[KernelSpec], hw: Hardware, slots: tuple[Slot
                 if not isinstance(member, ex.Const):
                     groups[member] = group
     return Factors(slots, terms, extents, domains, groups)
+
+
+def _online_candidates(kernel: KernelSpec, dim: str, slots: tuple[Slot, ...],
+                       values: dict[int, tuple[int, ...]]) -> None:
+    """An online kernel's inner dimensions have no loops (whole in the compute tile) and
+    its pass is not split across units: those factors are 1 from the start (the group
+    `online` states the rest), which keeps its space small."""
+    plan = kernel.online
+    if plan is None:
+        return
+    for index in values:
+        inner = dim in plan.inner and index != len(slots) - 1
+        if inner or (dim == plan.dim and slots[index].kind is SlotKind.SPATIAL):
+            values[index] = (1,)
 
 
 def vector_width(kernel: KernelSpec, hw: Hardware) -> int:
