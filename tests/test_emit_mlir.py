@@ -216,7 +216,8 @@ def test_builtin_verifies_transforms_and_runs(workload: str, hardware: str, tmp_
             emitted(outcome.program, outcome.workload, outcome.hardware, tmp_path)
         outcome = pipeline.run(pipeline.Request(
             workload, hardware, SIZES.get(workload, {}), validate=False, time_limit_s=30.0,
-            fixes=tuple(f"online.{k}=0" for k in online)))
+            fixes=tuple(f"{n}=0" for n in outcome.model.constraints.decisions
+                        if n.startswith("online."))))
         assert outcome.program is not None
     out = emitted(outcome.program, outcome.workload, outcome.hardware, tmp_path)
     assert_passes(check_mlir(out))

@@ -12,6 +12,7 @@ from conftest import SMALL_UPMEM, TWO_CORES, solve
 from synth import pipeline
 from synth.constraints import cpsat, decompose, partition
 from synth.constraints.result import Status
+from synth.constraints.space import is_fusion_decision
 from synth.deadline import Deadline
 from synth.lang import list_builtin_workloads, parse_workload
 
@@ -87,7 +88,7 @@ def test_partition_gives_the_optimum_the_covers_give(workload: str, hw: str,
 
 def test_transformer_uses_the_partition_and_proves_its_optimum() -> None:
     model = model_of("transformer", "cpu", REDUCED["transformer"])
-    names = [n for n in model.constraints.decisions if n.startswith("fuse.")]
+    names = [n for n in model.constraints.decisions if is_fusion_decision(n)]  # and online.*
     covers = decompose._exact_covers(model.constraints, names, decompose.MAX_COVERS)
     assert len(covers) > decompose.MAX_COVERS  # too many to enumerate
     result = solve(model.constraints)
