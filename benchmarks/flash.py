@@ -22,10 +22,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 from typing import Any
+
+from scale import run  # benchmarks/ is the script's directory
 
 from synth.constraints.space import candidate_kernels
 from synth.hwfile import load_hardware
@@ -41,15 +42,8 @@ def online_kernels(workload: str, sizes: dict[str, int]) -> list[str]:
 
 
 def solve(args: list[str]) -> dict[str, Any]:
-    proc = subprocess.run([sys.executable, "-c", "from synth.cli import main; main()",
-                           "solve", *args, "--json"],
-                          capture_output=True, text=True, check=False)
-    try:
-        data: dict[str, Any] = json.loads(proc.stdout)
-    except json.JSONDecodeError:
-        return {"status": f"exit {proc.returncode}", "error": proc.stderr.strip()[-300:]}
-    data["exit"] = proc.returncode
-    return data
+    """`synth solve ARGS --json` in its own process (scale.run), the report plus "exit"."""
+    return run(["solve", *args])
 
 
 def _objective(run: dict[str, Any]) -> int | None:

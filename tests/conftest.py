@@ -25,6 +25,7 @@ from synth.constraints.cost import Model
 from synth.constraints.result import SolveResult
 from synth.constraints.sample import random_schedule
 from synth.constraints.space import ConstraintSet
+from synth.constraints.user import user_constraints
 from synth.errors import IRError
 from synth.hardware import Hardware
 from synth.hwfile import load_hardware
@@ -113,6 +114,18 @@ def solve(cset: ConstraintSet, work_s: float = WORK_S, cutoff: int | None = None
 @functools.cache
 def optimum(case: Case) -> SolveResult:
     return solve(build(case).model.constraints)
+
+
+def forced(case: Case, fix: str) -> tuple[Built, Program]:
+    """`case` solved with the user constraint `fix` (a `--fix` text) added, materialised."""
+    built = build(case)
+    extra = user_constraints(built.model, (), (fix,))
+    cset = dataclasses.replace(built.model.constraints,
+                               constraints=built.model.constraints.constraints + tuple(extra))
+    result = solve(cset)
+    assert result.env is not None, result.status
+    model = dataclasses.replace(built.model, constraints=cset)
+    return built, materialize(model, result.env)
 
 
 @functools.cache

@@ -3,20 +3,27 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from collections.abc import Callable
 
 import pytest
-from conftest import SMALL_UPMEM, TWO_CORES, UPMEM_PRIOR, Built, Case, build, optimum, sample, solve
+from conftest import (
+    SMALL_UPMEM,
+    TWO_CORES,
+    UPMEM_PRIOR,
+    Case,
+    build,
+    forced,
+    optimum,
+    sample,
+)
 from typer.testing import CliRunner
 
 from synth.cli import app
 from synth.constraints import exhaustive
 from synth.constraints.fusion import candidate_groups, illegal_reason
-from synth.constraints.user import user_constraints
 from synth.ir.materialize import materialize
-from synth.ir.nodes import Alloc, Compute, Load, Loop, Node, Program, Store, walk
+from synth.ir.nodes import Alloc, Compute, Load, Loop, Node, Store, walk
 from synth.lang import load_workload
 from synth.pipeline import validate
 
@@ -143,21 +150,10 @@ def test_forcing_and_forbidding_a_fusion() -> None:
 MATMUL = Case.of("matmul", "cpu", {"M": 32, "N": 16, "K": 64}, TWO_CORES)
 
 
-def _forced(case: Case, fix: str) -> tuple[Built, Program]:
-    built = build(case)
-    extra = user_constraints(built.model, (), (fix,))
-    cset = dataclasses.replace(built.model.constraints,
-                               constraints=built.model.constraints.constraints + tuple(extra))
-    result = solve(cset)
-    assert result.env is not None, result.status
-    model = dataclasses.replace(built.model, constraints=cset)
-    return built, materialize(model, result.env)
-
-
 def test_a_fused_fill_initialises_the_accumulator_where_it_lives() -> None:
     """C = 0 fused with C += A*B: C is never loaded, its innermost tile is filled by the
     prologue once and then stays resident across every loop over k (streaming K)."""
-    built, program = _forced(MATMUL, "fuse.C#1_C#2=1")
+    built, program = forced(MATMUL, "fuse.C#1_C#2=1")
     [kernel] = program.kernels
     assert kernel.name == "C#1_C#2"
     assert not any(isinstance(n, Load) and n.dst.startswith("C_") for n in walk(kernel.body))
@@ -171,7 +167,7 @@ def test_a_fused_fill_initialises_the_accumulator_where_it_lives() -> None:
 
 def test_an_epilogue_chain_runs_after_the_reduction_it_reads() -> None:
     case = Case.of("fa6", "cpu", {"S": 32, "D": 16}, TWO_CORES)
-    built, program = _forced(case, "fuse.kt_s_u_p_r_O=1")
+    built, program = forced(case, "fuse.kt_s_u_p_r_O=1")
     [kernel] = program.kernels
     matmul = _enclosing(kernel.body, lambda n: isinstance(n, Compute) and n.statement == "s")
     for name in ("u", "p", "r", "O"):

@@ -11,18 +11,16 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import TWO_CORES, Built, Case, build, solve
+from conftest import TWO_CORES, Case, forced
 from typer.testing import CliRunner
 
 from synth.cli import app
 from synth.constraints.fusion import candidate_groups, illegal_reason
 from synth.constraints.space import candidate_kernels
-from synth.constraints.user import user_constraints
 from synth.emit.c import emit_c
 from synth.emit.c_check import check_c
 from synth.ir.interpret import interpret
-from synth.ir.materialize import materialize
-from synth.ir.nodes import Program, Rescale, Running, walk
+from synth.ir.nodes import Rescale, Running, walk
 from synth.ir.online import OnlineEmitError, refuse_online
 from synth.ir.printer import print_program
 from synth.ir.prove import prove
@@ -97,17 +95,6 @@ def test_the_cli_says_why_an_online_group_is_illegal() -> None:
 # ---------------------------------------------------------------- online schedules run
 
 
-def _forced(case: Case, fix: str) -> tuple[Built, Program]:
-    built = build(case)
-    extra = user_constraints(built.model, (), (fix,))
-    cset = dataclasses.replace(built.model.constraints,
-                               constraints=built.model.constraints.constraints + tuple(extra))
-    result = solve(cset)
-    assert result.env is not None, result.status
-    model = dataclasses.replace(built.model, constraints=cset)
-    return built, materialize(model, result.env)
-
-
 def _large(workload_name: str, sizes: dict[str, int]) -> dict[str, np.ndarray]:
     """Inputs whose scores reach hundreds: exp of them overflows float32."""
     wl = load_workload(workload_name, sizes)
@@ -118,7 +105,7 @@ def _large(workload_name: str, sizes: dict[str, int]) -> dict[str, np.ndarray]:
 
 
 def test_the_online_kernel_matches_the_reference_where_exp_overflows() -> None:
-    built, program = _forced(ATTENTION, "online.m_p_l_o_O=1")
+    built, program = forced(ATTENTION, "online.m_p_l_o_O=1")
     assert "m_p_l_o_O" in [k.name for k in program.kernels]
     assert any(isinstance(n, Rescale) for k in program.kernels for n in walk(k.body))
     verify(program, built.workload, built.hw)
@@ -137,7 +124,7 @@ def test_the_online_kernel_matches_the_reference_where_exp_overflows() -> None:
 
 
 def test_the_emitted_c_matches_where_exp_overflows(tmp_path: Path) -> None:
-    built, program = _forced(ATTENTION, "online.m_p_l_o_O=1")
+    built, program = forced(ATTENTION, "online.m_p_l_o_O=1")
     inputs = _large("attention", {"S": 64, "D": 16})
     expected, bounds = evaluate_errors(built.workload, inputs)
     emit_c(program, built.workload, built.hw, tmp_path, inputs, expected, bounds)
@@ -148,7 +135,7 @@ def test_the_emitted_c_matches_where_exp_overflows(tmp_path: Path) -> None:
 
 
 def test_a_wrong_rescale_is_caught_by_validation() -> None:
-    built, program = _forced(ATTENTION, "online.m_p_l_o_O=1")
+    built, program = forced(ATTENTION, "online.m_p_l_o_O=1")
     kernels = tuple(dataclasses.replace(k, body=_drop_rescales(k.body))
                     for k in program.kernels)
     broken = dataclasses.replace(program, kernels=kernels)
@@ -184,7 +171,7 @@ def test_forcing_and_forbidding_the_online_rewrite() -> None:
 
 
 def test_emitters_without_the_rewrite_refuse_it() -> None:
-    _, program = _forced(ATTENTION, "online.m_p_l_o_O=1")
+    _, program = forced(ATTENTION, "online.m_p_l_o_O=1")
     with pytest.raises(OnlineEmitError, match="--fix online.m_p_l_o_O=0"):
         refuse_online(program, "--emit mlir")
     assert any(isinstance(n, Running) for k in program.kernels for n in walk(k.body))
