@@ -3,7 +3,9 @@ decisions), the dataflow-buffer count, and the hardware keys behind them."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -11,8 +13,17 @@ from conftest import Case, build, optimal_program, optimum, solve
 from typer.testing import CliRunner
 
 from synth.cli import app
-from synth.constraints.dst import MAX_BUFFERS, live_tiles, op_kind, tiled_units
+from synth.constraints import expr as ex
+from synth.constraints.cost import KernelTerms, tensor_transfer_cost, transfer_count
+from synth.constraints.dst import (
+    MAX_BUFFERS,
+    live_tiles,
+    model_dram_tiles,
+    op_kind,
+    tiled_units,
+)
 from synth.constraints.result import Status
+from synth.constraints.tiled import tile_scale
 from synth.errors import InputError
 from synth.hwfile import load_hardware
 from synth.ir.nodes import Compute, walk
@@ -147,3 +158,36 @@ def test_batch_and_head_dimensions_are_not_tiled_and_hold_one_index_per_block() 
     assert block_tiles(("b", "h", "i"), {"b": 1, "h": 2, "i": 64}, {"i": 32}) == 4
     assert block_tiles(("i",), {"i": 64}, {"i": 32}) == 2  # a column: a tile per 32 rows
     assert block_tiles(("k",), {"k": 2048}, {"k": 1024}) == 2  # a flat vector
+
+
+@pytest.mark.parametrize("case", [
+    Case.of("attention", "wormhole", {"S": 64, "D": 32}),  # row max and sum: columns
+    Case.of("rmsnorm", "wormhole", {"S": 64, "D": 64}),  # g[d]: a row of tiles
+    Case.of("softmax", "wormhole", {"N": 4096}),  # scalars: a tile each
+    Case.of("mha", "wormhole", {"B": 2, "H": 2, "S": 64, "E": 32}),  # batched columns
+], ids=lambda c: c.id)
+def test_transfers_are_priced_in_whole_tiles(case: Case) -> None:
+    """The cost model's DRAM bytes are the tiles the emitted kernel moves (as many as the
+    simulator counts, `model_dram_tiles`) x 4096 bytes (f32), and one copy per block: a
+    column statistic of 64 rows moves 2 tiles, 32x its elements' bytes."""
+    built = build(case)
+    env = optimum(case).env or {}
+    mem = built.model.hw.memory("l1")
+    per_byte = dataclasses.replace(mem, latency_ps=0, write_latency_ps=None, ps_per_byte=1)
+    per_copy = dataclasses.replace(mem, latency_ps=1, write_latency_ps=None, ps_per_byte=0)
+    moved = copies = 0
+    for kernel in built.model.selected(env):
+        kt = KernelTerms(kernel, built.model.factors, built.model.hw)
+        slot = len(kt.slots) - 1
+        units = math.prod(ex.evaluate(kt.units(s), env) for s in kt.spatial_inside(-1))
+        for use in kt.moving():
+            moved += units * ex.evaluate(tensor_transfer_cost(kt, use, per_byte, slot, 4), env)
+            copies += units * ex.evaluate(tensor_transfer_cost(kt, use, per_copy, slot, 4), env)
+            blocks = (int(use.read) + int(use.written)) * ex.evaluate(
+                transfer_count(kt, use, slot), env)
+            assert ex.evaluate(tensor_transfer_cost(kt, use, per_copy, slot, 4), env) == blocks
+            if len(use.indices) == 1 and tiled_units(built.workload, kernel, 32).get(
+                    use.indices[0]) == 32:  # a column or a row of tiles
+                assert tile_scale(kt, use) == 32
+    read, written = model_dram_tiles(built.model, env)
+    assert moved == (read + written) * 32 * 32 * 4 and copies > 0

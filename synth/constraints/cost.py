@@ -26,7 +26,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from synth.constraints import expr as ex
-from synth.constraints import roofline
+from synth.constraints import roofline, tiled
 from synth.constraints.dst import tiled_constraints
 from synth.constraints.fusion import kernel_order
 from synth.constraints.online import online_decision
@@ -193,7 +193,9 @@ def run_terms(kt: KernelTerms, use: TensorUse, mem: Memory, slot: int, itemsize:
 
 def buffer_bytes(kt: KernelTerms, use: TensorUse, mem: Memory, slot: int,
                  itemsize: int) -> ex.Int:
-    """Bytes one tile of `use` takes in the memory at `slot` (rows padded)."""
+    """Bytes one tile of `use` takes in the memory at `slot` (rows padded; tiled: tiles')."""
+    if kt.hw.compute.tiling.edge:
+        return tiled.block_bytes(kt, use, slot, itemsize)
     rows = [kt.tile(d, slot) for d in use.indices[:-1]]
     run = run_terms(kt, use, mem, slot, itemsize)
     return ex.mul(kt.partials(slot, use), run.padded_bytes, *rows)
@@ -770,6 +772,9 @@ def first_transfer_cost(kt: KernelTerms, workload: Workload, mem: Memory, slot: 
     total: list[ex.Int] = []
     for use in kt.moving():
         itemsize = workload.tensors[use.tensor].dtype.itemsize
+        if kt.hw.compute.tiling.edge:
+            total.append(tiled.first_block_cost(kt, use, mem, slot, itemsize))
+            continue
         run = run_terms(kt, use, mem, slot, itemsize)
         rows = ex.mul(kt.partials(slot, use), *(kt.tile(d, slot) for d in use.indices[:-1]))
         once = ex.add(ex.mul(_latency_ps(mem, use), rows, run.chunks),
@@ -1035,7 +1040,9 @@ def tensor_transfer_cost(kt: KernelTerms, use: TensorUse, mem: Memory, slot: int
     """Time one unit spends moving `use`'s tiles between `mem` and its parent.
 
     Per dimension of the tensor, (times moved) x (tile extent) is one product of that
-    dimension's factors, which `dim_product` writes compactly."""
+    dimension's factors, which `dim_product` writes compactly (tiled: `tiled`)."""
+    if kt.hw.compute.tiling.edge:
+        return tiled.tiled_transfer_cost(kt, use, mem, slot, itemsize)
     counted, optional = transfer_loops(kt, use, slot, mem.cache)
     inner = set(kt.inner(slot))
     partials = kt.partials(slot, use)
@@ -1052,8 +1059,6 @@ def tensor_transfer_cost(kt: KernelTerms, use: TensorUse, mem: Memory, slot: int
     else:
         moved = run.padded_bytes
     operations = ex.mul(common, moves_last, run.chunks)
-    if kt.hw.compute.tiling.edge:  # tiled: a block of whole tiles moves in one copy
-        operations = ex.mul(partials, transfer_count(kt, use, slot))
     directions = int(use.read) + int(use.written)
     per_byte = (mem.ps_per_byte * directions if not use.written or not mem.store_ps_per_byte
                 else mem.ps_per_byte * int(use.read) + mem.store_ps_per_byte)

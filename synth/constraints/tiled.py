@@ -1,0 +1,91 @@
+"""Transfers and buffers in whole tiles (models with `tile`: Tenstorrent, `synth.tiles`).
+
+A tiled core moves and holds blocks of whole E x E tiles: one copy per block (one NoC
+read or write of its tiles), and a block's bytes are its tiles' bytes, E*E elements each,
+whatever of the tile the tensor uses. A matrix block of whole tiles is as many bytes as
+its elements; a column statistic (`m[i]` of a matrix's rows, one value per row in column
+0 of its tiles) moves and holds a whole tile per E rows: E times its elements' bytes, and
+a row of tiles (`g[d]`) likewise; a scalar one tile. So per tensor the bytes are its
+elements' bytes times a constant, `tile_scale` = E^2 / (the elements per tile along each
+index it is tiled along, `synth.tiles.tile_units`; 1 along a batch index): the same terms
+as an untiled transfer, scaled, so the solver sees no new variables. Tiles moved are what
+`synth.tiles.block_tiles` counts (`dst.model_dram_tiles`, the emitted kernel and the
+simulator's DRAM tile counts).
+
+Built on `cost`'s terms; `cost.tensor_transfer_cost`, `cost.first_transfer_cost` and
+`cost.buffer_bytes` call in here on a tiled model.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from typing import TYPE_CHECKING
+
+from synth.constraints import cost  # cost calls in here: its names are looked up at call time
+from synth.constraints import expr as ex
+from synth.constraints.space import TensorUse
+from synth.hardware import Memory
+from synth.tiles import tile_units
+
+if TYPE_CHECKING:
+    from synth.constraints.cost import KernelTerms
+
+
+def tile_scale(kt: KernelTerms, use: TensorUse) -> Fraction:
+    """Bytes a block of `use` takes in tiles over the bytes of its elements: E^2 over the
+    elements per tile along each of its indices (1 along a batch index)."""
+    edge = kt.hw.compute.tiling.edge
+    units = tile_units((u.indices for u in kt.kernel.uses), edge)
+    per_tile = 1
+    for d in use.indices:
+        per_tile *= units.get(d, 1)
+    return Fraction(edge * edge, per_tile)
+
+
+def _scaled(term: ex.Int, scale: Fraction) -> ex.Int:
+    """`term` x `scale`, exact: every block is whole tiles (the `tile` constraints), so a
+    fractional scale (a tensor tiled along three indices) divides the elements exactly."""
+    scaled = ex.mul(term, scale.numerator)
+    return scaled if scale.denominator == 1 else ex.exact_div(scaled, scale.denominator)
+
+
+def tiled_transfer_cost(kt: KernelTerms, use: TensorUse, mem: Memory, slot: int,
+                        itemsize: int) -> ex.Int:
+    """Time one unit spends moving `use`'s blocks between `mem` and its parent: a copy
+    per block (latency each) and the tiles' bytes. Per dimension of the tensor, (times
+    moved) x (block extent) is one product of its factors, as `cost.tensor_transfer_cost`
+    writes it."""
+    counted, optional = cost.transfer_loops(kt, use, slot, mem.cache)
+    inner = set(kt.inner(slot))
+    partials = kt.partials(slot, use)
+    common = ex.mul(partials, *optional,
+                    *(kt.dim_product(d, counted[d] | inner) for d in use.indices[:-1]),
+                    *(kt.dim_product(d, counted[d]) for d in kt.kernel.dims
+                      if d not in use.indices))
+    last = (kt.dim_product(use.indices[-1], counted[use.indices[-1]] | inner)
+            if use.indices else ex.ONE)
+    moved = _scaled(ex.mul(itemsize, last), tile_scale(kt, use))
+    operations = ex.mul(partials, cost.transfer_count(kt, use, slot))
+    return ex.add(ex.mul(cost._latency_ps(mem, use), operations),
+                  ex.scale(moved, _per_byte(mem, use), common))
+
+
+def _per_byte(mem: Memory, use: TensorUse) -> int:
+    if not use.written or not mem.store_ps_per_byte:
+        return mem.ps_per_byte * (int(use.read) + int(use.written))
+    return mem.ps_per_byte * int(use.read) + mem.store_ps_per_byte
+
+
+def block_bytes(kt: KernelTerms, use: TensorUse, slot: int, itemsize: int) -> ex.Int:
+    """Bytes one block of `use` takes in the memory at `slot`: its tiles' (one per batch
+    index, whole tiles along the tiled ones), per separate partial result."""
+    elements = ex.mul(itemsize, *(kt.tile(d, slot) for d in use.indices))
+    return ex.mul(kt.partials(slot, use), _scaled(elements, tile_scale(kt, use)))
+
+
+def first_block_cost(kt: KernelTerms, use: TensorUse, mem: Memory, slot: int,
+                     itemsize: int) -> ex.Int:
+    """One move of `use`'s block: `tiled_transfer_cost / transfer_count`, a copy per
+    partial result and the block's tiles' bytes."""
+    return ex.add(ex.mul(cost._latency_ps(mem, use), kt.partials(slot, use)),
+                  ex.mul(_per_byte(mem, use), block_bytes(kt, use, slot, itemsize)))
