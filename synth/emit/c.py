@@ -14,8 +14,14 @@ compares with the reference and times it beside NumPy.
 How the IR maps onto C (this is what `synth.constraints.cost` prices, see
 docs/architecture.md):
 
-- Parallel loops (`forall` over cores) become one `#pragma omp parallel for
-  collapse(k) num_threads(units)`; sequential loops are plain loops over tiles.
+- A kernel with parallel loops (`forall` over cores) runs as one `#pragma omp parallel
+  num_threads(units)` region per call: every thread walks the sequential loops (plain
+  loops over tiles), and each parallel loop is an `omp for collapse(k)` that gives each
+  thread its unit (a barrier at its end, not a fork and join per step of the loops
+  around it); root fills and combines are shared out the same way (`one_region`; a
+  kernel whose code outside its units' loops does more runs a region per parallel
+  loop, as before). A fill of a tensor that nothing reads is not written
+  (`unread_tensors`: a fused intermediate that lives in registers).
 - Tiles in the root memory are the tensors themselves (and, for reductions split across
   cores, a `<tensor>_partials` array per kernel, combined after it).
 - Tiles in the memories between the root and the innermost (the caches) are *views*:
@@ -172,6 +178,7 @@ class ProgramWriter(CStyle):
         self.lanes = self.vb // 4
         self.names = Names(RESERVED)
         self.tensor_names = {t: self.names(f"tensor:{t}", t) for t in workload.tensors}
+        self.unread = unread_tensors(program, workload)
 
     def render(self) -> str:
         code = Code()
@@ -276,6 +283,48 @@ class ProgramWriter(CStyle):
             code(f"return {threads};")
 
 
+def unread_tensors(program: Program, workload: Workload) -> frozenset[str]:
+    """Tensors in the root memory that only fills name: no kernel loads, stores or
+    combines them and they are not outputs (a fused kernel's intermediate that lives in
+    registers, as swiglu's a and b). Their fills write memory nothing reads."""
+    named: set[str] = set()
+    for kernel in program.kernels:
+        for node in walk(kernel.body):
+            if isinstance(node, Load | Store):
+                named.update((node.src, node.dst))
+            elif isinstance(node, Combine):
+                named.update((node.target, node.partials))
+            elif isinstance(node, Compute):
+                named.update((node.out, *node.operands.values()))
+    outputs = {t.name for t in workload.outputs}
+    return frozenset(name for name in workload.tensors
+                     if name not in named and name not in outputs)
+
+
+def one_region(nodes: Sequence[Node], root: str, innermost: str,
+               packs: Mapping[str, Pack], top: bool = True) -> bool:
+    """Whether a kernel can run as one OpenMP parallel region (one fork and join per
+    call, and a barrier per parallel loop, instead of a region per iteration of the
+    sequential loops around it): every thread runs the code outside its parallel loops,
+    so that code must only walk loops, fill or combine root tensors (shared out with
+    `omp for`) or name views; partial results are allocated at the kernel's start."""
+    for node in nodes:
+        if isinstance(node, Loop):
+            if node.var.kind is LoopKind.SEQUENTIAL and not one_region(
+                    node.body, root, innermost, packs, top=False):
+                return False
+        elif isinstance(node, Alloc):
+            memory = node.buffer.memory
+            if memory == innermost or node.buffer.name in packs or (memory == root
+                                                                    and not top):
+                return False
+        elif isinstance(node, Load | Store):
+            pass  # between views (innermost tiles are allocated inside the units' loops)
+        elif not isinstance(node, Fill | Combine):
+            return False
+    return True
+
+
 def parallel_units(kernel: Kernel) -> int:
     """Threads a kernel runs: the product of its parallel loops' extents."""
     units = 1
@@ -360,6 +409,7 @@ class KernelWriter:
         self.pending: set[str] = set()  # locals whose accumulators are not folded yet
         self.heap: list[str] = []  # root partials to free at the end
         self.in_parallel = False
+        self.region = False  # inside the kernel's one parallel region (`one_region`)
         # the operands' cache tiles packed into panels (synth.emit.c_pack)
         self.packs: dict[str, Pack] = plan_packs(kernel, writer.workload, writer.hw,
                                                  self.decls, self.parents, self.vector)
@@ -379,7 +429,21 @@ class KernelWriter:
         code.comment(f"kernel {self.kernel.name}: statements {stmts}{vector}")
         with code.function(f"static void {self.ident}({self.w.signature()})"):
             self.packer.storage(code)
-            self.nodes(code, self.kernel.body)
+            units = parallel_units(self.kernel)
+            if units > 1 and one_region(self.kernel.body, self.root, self.innermost,
+                                        self.packs):
+                # the partial results' storage first (shared by the threads), then one
+                # parallel region: its parallel loops share their iterations out
+                heap = [n for n in self.kernel.body
+                        if isinstance(n, Alloc) and n.buffer.memory == self.root]
+                self.nodes(code, heap)
+                code(f"#pragma omp parallel num_threads({units})")
+                self.region = True
+                with code.block(""):
+                    self.nodes(code, [n for n in self.kernel.body if n not in heap])
+                self.region = False
+            else:
+                self.nodes(code, self.kernel.body)
             for name in self.heap:
                 code(f"free({name});")
         return code
@@ -421,7 +485,10 @@ class KernelWriter:
             chain.append(chain[-1].body[0])
         units = math.prod(lp.var.extent for lp in chain)
         collapse = f" collapse({len(chain)})" if len(chain) > 1 else ""
-        code(f"#pragma omp parallel for{collapse} num_threads({units}) schedule(static)")
+        if self.region:  # inside the kernel's region: its threads share the iterations
+            code(f"#pragma omp for{collapse} schedule(static)")
+        else:
+            code(f"#pragma omp parallel for{collapse} num_threads({units}) schedule(static)")
         self.in_parallel = True
         self.parallel_chain(code, chain)
         self.in_parallel = False
@@ -685,10 +752,16 @@ class KernelWriter:
         if decl.memory != self.root:
             raise EmitError(f"{self.w.emitter_name}: kernel {self.kernel.name} fills the "
                             f"cache tile {decl.name}, which has no storage of its own")
+        if node.buffer in self.w.unread:
+            code.comment(f"{decl.name} = {value} is never read (its values live in "
+                         f"registers): not written")
+            return
         size = self.partial_count(decl) * math.prod(decl.shape)
         name = self.root_name(decl)
         units = parallel_units(self.kernel)
-        if size > 1 << 16 and units > 1:  # on the kernel's threads (one: no region)
+        if self.region:  # shared out among the region's threads (a barrier after it)
+            code(f"#pragma omp for{' simd' if size > 1 << 16 else ''} schedule(static)")
+        elif size > 1 << 16 and units > 1:  # on the kernel's threads (one: no region)
             code(f"#pragma omp parallel for simd num_threads({units}) schedule(static)")
         elif size > 1 << 16:
             code("#pragma omp simd")
@@ -707,6 +780,8 @@ class KernelWriter:
         acc = Typed(f"{self.root_name(target)}[k_]", target.dtype.is_float)
         part = Typed(f"{self.root_name(partials)}[p_ * {size} + k_]", target.dtype.is_float)
         step = self.w.reduce_step(node.op, acc, part, real)
+        if self.region:  # elements shared out among the region's threads
+            code("#pragma omp for schedule(static)")
         with self.w.for_loop(code, "k_", size), self.w.for_loop(code, "p_", parts):
             code(f"{acc.code} = {self.w.cast(step, target.dtype)};")
 
