@@ -116,10 +116,11 @@ def optimum(case: Case) -> SolveResult:
     return solve(build(case).model.constraints)
 
 
-def forced(case: Case, fix: str) -> tuple[Built, Program]:
-    """`case` solved with the user constraint `fix` (a `--fix` text) added, materialised."""
+def forced(case: Case, fix: str, *more: str) -> tuple[Built, Program]:
+    """`case` solved with the user constraint `fix` (a `--fix` text; `more` of them)
+    added, materialised."""
     built = build(case)
-    extra = user_constraints(built.model, (), (fix,))
+    extra = user_constraints(built.model, (), (fix, *more))
     cset = dataclasses.replace(built.model.constraints,
                                constraints=built.model.constraints.constraints + tuple(extra))
     result = solve(cset)

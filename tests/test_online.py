@@ -20,7 +20,7 @@ from synth.constraints.space import candidate_kernels
 from synth.emit.c import emit_c
 from synth.emit.c_check import check_c
 from synth.ir.interpret import interpret
-from synth.ir.nodes import Rescale, Running, walk
+from synth.ir.nodes import Compute, Rescale, Running, walk
 from synth.ir.online import OnlineEmitError, refuse_online
 from synth.ir.printer import print_program
 from synth.ir.prove import prove
@@ -29,6 +29,8 @@ from synth.lang import load_workload, parse_workload
 from synth.reference import evaluate, evaluate_errors, make_inputs
 
 ATTENTION = Case.of("attention", "cpu", {"S": 64, "D": 16}, TWO_CORES)
+# the online kernel without QK^T, four steps of 16 keys (the rescale matters)
+STEPS = ("online.m_p_l_o_O=1", "V.m_p_l_o_O.j=16")
 
 
 def _reason(text: str, *names: str) -> str | None:
@@ -105,7 +107,7 @@ def _large(workload_name: str, sizes: dict[str, int]) -> dict[str, np.ndarray]:
 
 
 def test_the_online_kernel_matches_the_reference_where_exp_overflows() -> None:
-    built, program = forced(ATTENTION, "online.m_p_l_o_O=1")
+    built, program = forced(ATTENTION, *STEPS)
     assert "m_p_l_o_O" in [k.name for k in program.kernels]
     assert any(isinstance(n, Rescale) for k in program.kernels for n in walk(k.body))
     verify(program, built.workload, built.hw)
@@ -124,7 +126,7 @@ def test_the_online_kernel_matches_the_reference_where_exp_overflows() -> None:
 
 
 def test_the_emitted_c_matches_where_exp_overflows(tmp_path: Path) -> None:
-    built, program = forced(ATTENTION, "online.m_p_l_o_O=1")
+    built, program = forced(ATTENTION, *STEPS)
     inputs = _large("attention", {"S": 64, "D": 16})
     expected, bounds = evaluate_errors(built.workload, inputs)
     emit_c(program, built.workload, built.hw, tmp_path, inputs, expected, bounds)
@@ -134,8 +136,48 @@ def test_the_emitted_c_matches_where_exp_overflows(tmp_path: Path) -> None:
     assert check.passed, check.log[-3000:]
 
 
+# the whole attention online on cpu: blocks of 16 rows and 16 keys per step (QK^T fused)
+BLOCKED = ("online.s_m_p_l_o_O=1", "V.s_m_p_l_o_O.i=16", "V.s_m_p_l_o_O.j=16")
+
+
+def test_a_blocked_step_with_qk_runs_in_vectors_and_matches_where_exp_overflows(
+        tmp_path: Path) -> None:
+    """FlashAttention-2's step on cpu: a block of rows against a block of keys, the
+    whole head dimension in the step's arrays (in L1, not registers), QK^T and PV as
+    register-blocked outer products, the statistics in vectors along the keys."""
+    built, program = forced(ATTENTION, *BLOCKED)
+    verify(program, built.workload, built.hw)
+    assert prove(program, built.workload, built.hw).proved
+    computes = {n.statement: n for k in program.kernels for n in walk(k.body)
+                if isinstance(n, Compute)}
+    assert dict(zip(computes["s"].dims, computes["s"].tile, strict=True)) == {
+        "i": 16, "j": 16, "d": 16}
+    inputs = _large("attention", {"S": 64, "D": 16})
+    expected, bounds = evaluate_errors(built.workload, inputs)
+    emit_c(program, built.workload, built.hw, tmp_path, inputs, expected, bounds)
+    source = (tmp_path / "kernels.c").read_text()
+    assert "K's tile with j last (an outer product in vectors along j)" in source
+    assert "an outer product in vectors along e" in source
+    assert "in vectors along j (the online step's own vector dimension)" in source
+    check = check_c(tmp_path, time_runs=False)
+    assert check.passed, check.log[-3000:]
+
+
+def test_the_cpu_model_blocks_the_rows_of_an_online_step() -> None:
+    """The copies into a step's arrays are the core's work (`online_terms.step_copies`):
+    one row per step would copy every key block once per row, so the model blocks rows;
+    the step's tiles are bounded by L1, not the register file."""
+    case = Case.of("attention", "cpu", {"S": 256, "D": 64}, TWO_CORES)
+    built, program = forced(case, "online.s_m_p_l_o_O=1")
+    step = next(n for k in program.kernels for n in walk(k.body)
+                if isinstance(n, Compute) and n.statement == "s")
+    tile = dict(zip(step.dims, step.tile, strict=True))
+    assert tile["i"] > 1 and tile["j"] > 1 and tile["d"] == 64
+    assert 4 * (tile["i"] * 64 + tile["j"] * 64) > built.hw.memories[-1].usable
+
+
 def test_a_wrong_rescale_is_caught_by_validation() -> None:
-    built, program = forced(ATTENTION, "online.m_p_l_o_O=1")
+    built, program = forced(ATTENTION, *STEPS)
     kernels = tuple(dataclasses.replace(k, body=_drop_rescales(k.body))
                     for k in program.kernels)
     broken = dataclasses.replace(program, kernels=kernels)
@@ -171,7 +213,7 @@ def test_forcing_and_forbidding_the_online_rewrite() -> None:
 
 
 def test_emitters_without_the_rewrite_refuse_it() -> None:
-    _, program = forced(ATTENTION, "online.m_p_l_o_O=1")
+    _, program = forced(ATTENTION, *STEPS)
     with pytest.raises(OnlineEmitError, match="--fix online.m_p_l_o_O=0"):
         refuse_online(program, "--emit mlir")
     assert any(isinstance(n, Running) for k in program.kernels for n in walk(k.body))

@@ -514,14 +514,16 @@ def capacity_constraints(kt: KernelTerms, workload: Workload) -> list[NamedConst
                                ex.ONE if use.local else buffers)
                         for use in kt.resident(slot)))
         shared = device_combine_capacity(kt, workload, mem)  # one per instance
+        usable = mem.usable
         if slot == len(kt.slots) - 1 and kt.kernel.online is not None:
-            from synth.constraints.online_terms import footprint  # builds on this module
+            from synth.constraints.online_terms import footprint, step_capacity
             used = ex.add(used, footprint(kt, element_bytes(kt, workload, kt.kernel.use(
                 kt.kernel.online.target), mem)))
+            usable = step_capacity(kt, mem)  # a CPU's online step: arrays in L1
         out.append(NamedConstraint(
             f"capacity.{mem.name}",
-            f"kernel {kt.kernel.name}: tiles in one {mem.name} fit {mem.usable} bytes",
-            ex.Cmp(ex.add(ex.mul(copies, used), *shared), "<=", ex.const(mem.usable))))
+            f"kernel {kt.kernel.name}: tiles in one {mem.name} fit {usable} bytes",
+            ex.Cmp(ex.add(ex.mul(copies, used), *shared), "<=", ex.const(usable))))
     return out
 
 
@@ -835,9 +837,10 @@ def vector_compute_cost(kt: KernelTerms, workload: Workload) -> ex.Int:
                      chain_cost(kt, s, None, 1))
               for s in kt.kernel.core if s.reduced and roofline.accumulate_ps(s, compute)]
     if kt.kernel.online is not None:  # each statement over its own points; no chains yet
-        from synth.constraints.online_terms import core_compute  # builds on this module
-        issue = either(ex.add(core_compute(kt, {s.name: ex.const(per_point([s], True))
-                                                for s in kt.kernel.core}), *folds),
+        from synth.constraints.online_terms import core_compute, step_prices
+        prices, step_folds = step_prices(kt, workload, {s.name: per_point([s], True)
+                                                        for s in kt.kernel.core})
+        issue = either(ex.add(core_compute(kt, prices), *folds, *step_folds),
                        core_compute(kt, {s.name: ex.const(per_point([s], False))
                                          for s in kt.kernel.core}))
         chains = []
@@ -1021,6 +1024,8 @@ def element_bytes(kt: KernelTerms, workload: Workload, use: TensorUse, mem: Memo
     element by element, a load each (the emitter's copy)."""
     itemsize = workload.tensors[use.tensor].dtype.itemsize
     if not kt.hw.compute.vector_tiles or mem is not kt.hw.memories[-1] or not use.indices:
+        return itemsize
+    if kt.kernel.online is not None:  # the step's plain C arrays (`online_terms`)
         return itemsize
     vector = roofline.kernel_vector_dim(kt.kernel.statements)
     register = max(itemsize, roofline.register_bytes(kt.hw.compute))

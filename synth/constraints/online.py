@@ -35,6 +35,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from synth.vectors import contraction
 from synth.workload import Access, BinOp, Call, Expr, Neg, Num, ReduceOp, SizeRef, Statement
 from synth.workload import walk as expr_nodes
 
@@ -222,3 +223,48 @@ def _constant(expr: Expr) -> float | None:
             return None if not rhs or integers else lhs / rhs
         return {"+": lhs + rhs, "-": lhs - rhs, "*": lhs * rhs}[expr.op]
     return None
+
+
+def step_vector(stmt: Statement, kernel_vector: str | None, vectorisable: bool) -> str | None:
+    """The dimension a statement of an online kernel's step runs in vectors along, where
+    the kernel's vector dimension (`synth.vectors.vector_dim`, attention's e) does not
+    reach it: the scores, the maximum, the exponentials and the row sum of attention
+    run along j or d instead of one element at a time. The step's tiles without the
+    kernel's vector dimension are plain row-major arrays, so a dimension qualifies when
+    every access that has it has it last (contiguous), the target's too: the target's
+    last index first (`p[i, j] = exp(s[i, j] - m[i])`: j), else a reduced one (a dot
+    product, `s[i, j] += Q[i, d] * K[j, d]`: d; a row reduction, `m[i] max= s[i, j]`:
+    j). None when the kernel's vector dimension reaches it (the C emitter's own vector
+    code runs it) or no dimension qualifies (scalar code). Shared by the cost model
+    (`online_terms`) and the C emitter (`emit.c_online`)."""
+    if not vectorisable or (kernel_vector is not None and kernel_vector in stmt.dims):
+        return None
+    accesses = [n for n in expr_nodes(stmt.expr) if isinstance(n, Access)]
+
+    def contiguous(dim: str) -> bool:
+        return all(a.indices[-1] == dim for a in accesses if dim in a.indices) and (
+            dim not in stmt.indices or stmt.indices[-1] == dim) and any(
+            dim in a.indices for a in accesses)
+
+    if transposed_operand(stmt) is not None:
+        return stmt.indices[-1]
+    options = [*stmt.indices[-1:], *stmt.reduced]
+    return next((d for d in options if contiguous(d)), None)
+
+
+def transposed_operand(stmt: Statement) -> Access | None:
+    """The operand a step's contraction reads transposed: in `s[i, j] += Q[i, d] *
+    K[j, d]`, K (the target's last index j is K's, but not its last, and not Q's). The
+    C emitter copies its tile with j last once per step, so the contraction runs as
+    an outer product in vectors along j with register accumulators (no fold per
+    element), as a GEMM micro-kernel does."""
+    found = contraction(stmt)
+    if found is None or not stmt.indices:
+        return None
+    last = stmt.indices[-1]
+    having = [a for a in found if last in a.indices]
+    if len(having) != 1 or having[0].indices[-1] == last or len(set(having[0].indices)) \
+            != len(having[0].indices) or (len(stmt.indices) > 1
+                                          and stmt.indices[-2] in having[0].indices):
+        return None  # (its tile is loaded once for every row of the block)
+    return having[0]

@@ -14,12 +14,18 @@ are local to the kernel, so they are never stored or moved.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
+from collections.abc import Mapping
 
 from synth.constraints import expr as ex
-from synth.constraints.cost import KernelTerms
+from synth.constraints import roofline
+from synth.constraints.cost import KernelTerms, tensor_transfer_cost, transfer_count
+from synth.constraints.online import step_vector, transposed_operand
 from synth.constraints.space import NamedConstraint, SlotKind
-from synth.workload import Statement
+from synth.hardware import Memory
+from synth.vectors import vectorisable
+from synth.workload import Num, Statement, Workload
 
 
 def online_constraints(kt: KernelTerms) -> list[NamedConstraint]:
@@ -98,3 +104,80 @@ def footprint(kt: KernelTerms, itemsize: int) -> ex.Int:
         return ex.ZERO
     innermost = len(kt.slots) - 1
     return ex.mul(itemsize, *(kt.tile(r, innermost) for r in plan.rows))
+
+
+# ------------------------------------------------ the step's tiles on a CPU (`vector_tiles`)
+#
+# On a model whose innermost memory is the vector register file, an online kernel's step
+# (FlashAttention-2's: a block of Br query rows against a block of Bc keys, the Q, K, V
+# and O blocks with the whole head dimension) does not fit in registers: its innermost
+# tiles are the C arrays of the step, on the thread's stack, which is the memory just
+# outside the registers (L1). Each statement runs over them as vector loops of its own
+# (`online.step_vector`): QK^T as dot products along d, the maximum, exponentials and
+# row sum along j, PV along e (the kernel's vector dimension, the C emitter's own code).
+
+
+def step_in_cache(kt: KernelTerms) -> bool:
+    return kt.kernel.online is not None and kt.hw.compute.vector_tiles
+
+
+def step_capacity(kt: KernelTerms, mem: Memory) -> int:
+    """What the innermost tiles of a kernel may take: the memory's usable bytes, or for an
+    online kernel on a CPU, those of the memory just outside the registers (its step's
+    arrays live there)."""
+    if not step_in_cache(kt) or mem is not kt.hw.memories[-1]:
+        return mem.usable
+    outside = [m for m in kt.hw.memories[:-1] if m.level == mem.level]
+    return outside[-1].usable if outside else mem.usable
+
+
+def step_prices(kt: KernelTerms, workload: Workload, vectorised: Mapping[str, int]
+                ) -> tuple[dict[str, ex.Int], list[ex.Int]]:
+    """Cost per point of each pass statement in vector code (`vectorised`: by the kernel's
+    vector dimension), with those that run along a step vector dimension of their own
+    priced at its lanes; and the step's other work: the folds of the reductions along
+    such a dimension (per element of the target per step, the vector accumulator's lanes
+    combined one operation each) and the copies into the step's arrays (`step_copies`)."""
+    prices: dict[str, ex.Int] = {name: ex.const(ps) for name, ps in vectorised.items()}
+    folds: list[ex.Int] = step_copies(kt, workload) if step_in_cache(kt) else []
+    if not step_in_cache(kt):
+        return prices, folds
+    vector = roofline.kernel_vector_dim(kt.kernel.statements)
+    dtypes = {name: t.dtype for name, t in workload.tensors.items()}
+    innermost = len(kt.slots) - 1
+    steps = [s for s in kt.temporal() if s != innermost]
+    for stmt in kt.kernel.core:
+        along = step_vector(stmt, vector, vectorisable(stmt, dtypes))
+        lanes = kt.hw.compute.lanes.get(stmt.dtype.value, 1)
+        if along is None or lanes <= 1:
+            continue
+        prices[stmt.name] = ex.const(roofline.point_ps(stmt, kt.hw.compute, lanes))
+        if along in stmt.reduced:
+            op = roofline.point_ps(dataclasses.replace(stmt, expr=Num(0)), kt.hw.compute, 1)
+            folds.append(ex.mul(op * lanes, kt.dim_product(along, steps), *(
+                kt.dim_product(d, kt.temporal()) for d in stmt.dims if d != along)))
+    return prices, folds
+
+
+def step_copies(kt: KernelTerms, workload: Workload) -> list[ex.Int]:
+    """The step's arrays are filled by the core's own loads and stores (the C emitter's
+    copies into the thread's stack), not by the caches beside compute: each operand tile
+    copied in (and each result tile out) at the registers' bandwidth, and the operand a
+    contraction reads transposed (`online.transposed_operand`) copied once more, one
+    element per load and store."""
+    innermost = len(kt.slots) - 1
+    mem = kt.hw.memories[-1]
+    out: list[ex.Int] = []
+    vector = roofline.kernel_vector_dim(kt.kernel.statements)
+    for use in kt.moving():
+        itemsize = workload.tensors[use.tensor].dtype.itemsize
+        out.append(tensor_transfer_cost(kt, use, mem, innermost, itemsize))
+    for stmt in kt.kernel.core:
+        moved = transposed_operand(stmt)
+        if moved is None or step_vector(stmt, vector, True) is None:
+            continue
+        use = kt.kernel.use(moved.tensor)
+        element = kt.hw.compute.point_ps(Counter({"mov": 2}), stmt.dtype)
+        out.append(ex.mul(element, transfer_count(kt, use, innermost),
+                          *(kt.tile(d, innermost) for d in use.indices)))
+    return out

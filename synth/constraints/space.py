@@ -320,7 +320,7 @@ def build_factors(kernels: Sequence[KernelSpec], hw: Hardware, slots: tuple[Slot
             innermost = len(slots) - 1
             values[innermost] = whole_vector_candidates(kernel, dim, hw, values[innermost],
                                                         extent)
-            _online_candidates(kernel, dim, slots, values)
+            _online_candidates(kernel, dim, slots, values, vector_width(kernel, hw))
             ext = _variable(domains, f"ext.{kernel.name}.{dim}",
                             padded_extents(extent, list(values.values())))
             for index, candidates in values.items():
@@ -341,17 +341,24 @@ def build_factors(kernels: Sequence[KernelSpec], hw: Hardware, slots: tuple[Slot
 
 
 def _online_candidates(kernel: KernelSpec, dim: str, slots: tuple[Slot, ...],
-                       values: dict[int, tuple[int, ...]]) -> None:
+                       values: dict[int, tuple[int, ...]], width: int) -> None:
     """An online kernel's inner dimensions have no loops (whole in the compute tile) and
     its pass is not split across units: those factors are 1 from the start (the group
-    `online` states the rest), which keeps its space small."""
+    `online` states the rest), which keeps its space small. On a CPU (`width`: lanes of
+    a vector register) a step's block of the pass is whole vectors where it can be: the
+    maximum, exponentials and row sums run in vectors along it
+    (`online.step_vector`)."""
     plan = kernel.online
     if plan is None:
         return
+    innermost = len(slots) - 1
     for index in values:
-        inner = dim in plan.inner and index != len(slots) - 1
+        inner = dim in plan.inner and index != innermost
         if inner or (dim == plan.dim and slots[index].kind is SlotKind.SPATIAL):
             values[index] = (1,)
+    if dim == plan.dim and width > 1:
+        values[innermost] = tuple(v for v in values[innermost] if v % width == 0) \
+            or values[innermost]
 
 
 def vector_width(kernel: KernelSpec, hw: Hardware) -> int:

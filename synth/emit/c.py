@@ -411,8 +411,8 @@ class KernelWriter:
         self.in_parallel = False
         self.region = False  # inside the kernel's one parallel region (`one_region`)
         # the operands' cache tiles packed into panels (synth.emit.c_pack)
-        self.packs: dict[str, Pack] = plan_packs(kernel, writer.workload, writer.hw,
-                                                 self.decls, self.parents, self.vector)
+        self.packs: dict[str, Pack] = {} if online_kernel(kernel) else plan_packs(
+            kernel, writer.workload, writer.hw, self.decls, self.parents, self.vector)
         self.packer = PackWriter(self)
 
     @property
@@ -796,6 +796,8 @@ class KernelWriter:
         self.check_origins(node)
         code.comment(statement_text(stmt.target, stmt.indices, stmt.op, stmt.expr)
                      + f" over {' x '.join(map(str, node.tile))}")
+        if online_compute(self, code, node, stmt):  # an online step's own vectors
+            return
         if not self.vectorised(stmt, node.dims, node.tile):
             self.scalar_compute(code, node, stmt)
             return
@@ -916,6 +918,18 @@ def online_node(kw: KernelWriter, code: Code, node: Running | Rescale) -> None:
         c_online.running(kw, code, node)
     else:
         c_online.rescale(kw, code, node)
+
+
+def online_kernel(kernel: Kernel) -> bool:
+    """An online kernel's step copies its operands into arrays of its own (`c_online`):
+    no packing (which would copy the cache tiles again every pass)."""
+    from synth.ir.online import is_online
+    return is_online(kernel)
+
+
+def online_compute(kw: KernelWriter, code: Code, node: Compute, stmt: Statement) -> bool:
+    from synth.emit import c_online  # the online rewrite's statements (its own module)
+    return c_online.compute(kw, code, node, stmt)
 
 
 def _inner(decl: BufferDecl, axis: int) -> int:

@@ -1,19 +1,33 @@
-"""The C emitter's code for the online rewrite's nodes (`synth.ir.online`): kept apart
-from `c.py` so that the two change independently.
+"""The C emitter's code for the online rewrite (`synth.ir.online`): kept apart from
+`c.py` so that the two change independently.
 
-Both are scalar loops over the innermost tiles (one previous maximum per row; the
-rescale multiplies each element of a sum's tile by its row's factor, 1 where the
-maximum did not move, so a row that has seen only padding stays as it is).
+The running maximum and the rescale are scalar loops over the innermost tiles (one
+previous maximum per row; the rescale multiplies each element of a sum's tile by its
+row's factor, computed once per row, 1 where the maximum did not move, so a row that
+has seen only padding stays as it is).
+
+The statements of an online kernel's step that the kernel's vector dimension does not
+reach (attention's scores, maximum, exponentials and row sum: the kernel is vectorised
+along e, the head dimension of O) run here in vectors along a dimension of their own
+(`online.step_vector`, the rule the cost model prices): dot products along d for the
+scores, along j for the rest, over the step's plain row-major arrays.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from synth.ir.nodes import Rescale, Running
+from synth.constraints.online import step_vector, transposed_operand
+from synth.emit.cstyle import Typed
+from synth.ir.nodes import Compute, Rescale, Running
+from synth.ir.online import is_online
+from synth.vectors import contraction, vectorisable
+from synth.workload import Access, Statement
 
 if TYPE_CHECKING:
-    from synth.emit.c import KernelWriter
+    from synth.emit.c import KernelWriter, Local
     from synth.emit.cstyle import Code
 
 
@@ -35,14 +49,261 @@ def rescale(kw: KernelWriter, code: Code, node: Rescale) -> None:
     exp = kw.w.math_function("expf")
     coeff = kw.w.literal(float(node.coeff), "float").code
     code.comment(f"{target.decl.name} rescaled to the new maximum {run.decl.name}")
-    with kw.tile_loops(code, target.decl.dims, target.decl.shape) as at:
-        rows = {d: at[d] for d in run.decl.dims}
+    shape = dict(zip(target.decl.dims, target.decl.shape, strict=True))
+    factors = _vector_factors(kw, code, node, coeff)
+    with kw.tile_loops(code, run.decl.dims, [shape[d] for d in run.decl.dims]) as rows:
         now, before = run.scalar(rows), prev.scalar(rows)
-        code(f"if ({now} != {before}) {target.scalar(at)} *= "
-             f"{exp}(({coeff}) * ({now} - {before}));")
+        with code.block(f"if ({now} != {before})"):
+            if factors is None:
+                code(f"float f_ = {exp}(({coeff}) * ({now} - {before}));")
+            else:
+                code(f"float f_ = {factors}[{rows[run.decl.dims[0]]}];")
+            rest = [d for d in target.decl.dims if d not in rows]
+            if target.vector is not None:  # whole vectors along it
+                extents = [shape[d] // kw.lanes if d == target.vector else shape[d]
+                           for d in rest]
+                with kw.tile_loops(code, rest, extents) as at:
+                    code(f"{target.name}[{target.slot({**rows, **at})}] *= f_;")
+            else:
+                with kw.tile_loops(code, rest, [shape[d] for d in rest]) as at:
+                    code(f"{target.scalar({**rows, **at})} *= f_;")
+
+
+def _vector_factors(kw: KernelWriter, code: Code, node: Rescale, coeff: str) -> str | None:
+    """The rows' factors exp(c (m - m_prev)) computed in vectors into an array (its
+    name), where the running maximum is one whole-vector row dimension of plain f32
+    arrays; else None (a scalar exp per row that moved)."""
+    run, prev = kw.locals[node.running], kw.locals[node.previous]
+    lanes = kw.lanes
+    if (len(run.decl.dims) != 1 or run.decl.shape[0] % lanes or not run.decl.dtype.is_float
+            or run.decl.dtype.itemsize != 4
+            or any(t.vector is not None or t.splat for t in (run, prev))):
+        return None
+    dim, rows = run.decl.dims[0], run.decl.shape[0]
+    name = kw.w.names(f"f:{kw.kernel.name}:{node.target}:{len(code.lines)}", "factor")
+    code(f"float {name}[{rows}];")
+    with kw.tile_loops(code, [dim], [rows // lanes]) as at:
+        start = {dim: f"{at[dim]} * {lanes}"}
+        code(f"{{ vf32 n_ = vload_f32(&{run.scalar(start)}), "
+             f"b_ = vload_f32(&{prev.scalar(start)}); "
+             f"vstore_f32(&{name}[{at[dim]} * {lanes}], vexp_f32(vsplat_f32({coeff}) * "
+             f"(n_ - b_))); }}")
+    return name
 
 
 def _folded(kw: KernelWriter, code: Code, buffer: str) -> None:
     """Vector partial results of `buffer` folded first (the running maximum's)."""
     if buffer in kw.pending:
         kw.fold(code, buffer)
+
+
+def compute(kw: KernelWriter, code: Code, node: Compute, stmt: Statement) -> bool:
+    """`node` in vectors along its step dimension (`online.step_vector`), when it is a
+    statement of an online kernel's step over whole tiles whose arrays are plain; False
+    when the C emitter's own code runs it (the kernel's vector dimension reaches it, a
+    ragged edge tile, no dimension qualifies)."""
+    if not is_online(kw.kernel):
+        return False
+    direct = _along_target(kw, node, stmt)
+    if direct is not None:
+        outer_product(kw, code, node, stmt, direct, transpose=False)
+        return True
+    dtypes = {n: t.dtype for n, t in kw.w.workload.tensors.items()}
+    along = step_vector(stmt, kw.vector, vectorisable(stmt, dtypes))
+    tile = dict(zip(node.dims, node.tile, strict=True))
+    tiles = [kw.locals[n] for n in (node.out, *node.operands.values())]
+    if (along is None or tile[along] % kw.lanes or kw.full(node.dims, node.origin, node.tile)
+            or any(t.vector is not None or t.splat for t in tiles)):
+        return False
+    suffix = "f32" if stmt.dtype.is_float else "i32"
+    moved = transposed_operand(stmt)
+    if moved is not None:
+        outer_product(kw, code, node, stmt, moved, transpose=True)
+        return True
+    target = kw.locals[node.out]
+    chunks = tile[along] // kw.lanes
+    outer = [d for d in stmt.indices if d != along]
+    inner = [d for d in stmt.reduced if d != along]
+
+    def access(at: dict[str, str]) -> Callable[[Access], tuple[str, bool]]:
+        def one(a: Access) -> tuple[str, bool]:
+            local = kw.locals[node.operands[a.tensor]]
+            index = {d: at[d] for d in a.indices}
+            if along in a.indices:  # its last index: contiguous
+                index[along] = f"{at[along]} * {kw.lanes}"
+                return f"vload_{suffix}(&{local.scalar(index)})", True
+            return local.scalar(index), False
+        return one
+
+    code.comment(f"in vectors along {along} (the online step's own vector dimension)")
+    with kw.tile_loops(code, outer, [tile[d] for d in outer]) as at:
+        if along in stmt.indices:  # the target's last index: vector stores
+            with kw.tile_loops(code, [along], [chunks]) as chunk:
+                here = {**at, **chunk}
+                slot = {**{d: here[d] for d in stmt.indices},
+                        along: f"{here[along]} * {kw.lanes}"}
+                mine = f"&{target.scalar(slot)}"
+                start = "" if stmt.op.reduces else f"vsplat_{suffix}(0)"  # assigned
+                code(f"v{suffix} a_ = {start or f'vload_{suffix}({mine})'};")
+                with kw.tile_loops(code, inner, [tile[d] for d in inner]) as red:
+                    value = kw.w.vector_expr(stmt.expr, access({**here, **red}), suffix)
+                    code(f"a_ = {kw.w.vector_step(stmt.op, 'a_', value, suffix)};")
+                code(f"vstore_{suffix}({mine}, a_);")
+            return True
+        identity = kw.w.fill_value(stmt.op.identity(stmt.dtype), stmt.dtype)
+        code(f"v{suffix} a_ = vsplat_{suffix}({identity});")
+        with kw.tile_loops(code, [*inner, along], [*(tile[d] for d in inner), chunks]) as red:
+            value = kw.w.vector_expr(stmt.expr, access({**at, **red}), suffix)
+            code(f"a_ = {kw.w.vector_step(stmt.op, 'a_', value, suffix)};")
+        mine = target.scalar({d: at[d] for d in stmt.indices})
+        real = "float" if stmt.dtype.is_float else "int"
+        # the lanes folded in log2(lanes) rounds: each combines the vector with itself
+        # rotated by half the lanes still apart (a shuffle and one operation)
+        step = kw.lanes // 2
+        while step:
+            rotate = ", ".join(str((k + step) % kw.lanes) for k in range(kw.lanes))
+            rotated = f"__builtin_shuffle(a_, (vi32){{{rotate}}})"
+            code(f"a_ = {kw.w.vector_step(stmt.op, 'a_', rotated, suffix)};")
+            step //= 2
+        folded = Typed("a_[0]", stmt.dtype.is_float)
+        step = kw.w.reduce_step(stmt.op, Typed(mine, stmt.dtype.is_float), folded, real)
+        code(f"{mine} = {kw.w.cast(step, stmt.dtype)};")
+    return True
+
+
+
+ACCUMULATORS = 24  # vector registers a micro-kernel keeps its accumulators in (of 32)
+
+
+def _along_target(kw: KernelWriter, node: Compute, stmt: Statement) -> Access | None:
+    """The operand B of a contraction `T[.., r, e] += A[.., r, ..] * B[.., e]` along the
+    kernel's vector dimension e (attention's `o += p * V`), when it runs as a
+    register-blocked outer product: T's and B's tiles vectors along e, whole tiles."""
+    found = contraction(stmt)
+    e = kw.vector
+    if found is None or not stmt.indices or stmt.indices[-1] != e or kw.full(
+            node.dims, node.origin, node.tile):
+        return None
+    having = [a for a in found if e in a.indices]
+    if len(having) != 1 or having[0].indices[-1] != e or (
+            len(stmt.indices) > 1 and stmt.indices[-2] in having[0].indices):
+        return None
+    tiles = (kw.locals[node.out], kw.locals[node.operands[having[0].tensor]])
+    if any(t.vector != e for t in tiles) or stmt.dtype.is_float is False:
+        return None
+    return having[0]
+
+
+def outer_product(kw: KernelWriter, code: Code, node: Compute, stmt: Statement,
+                  moved: Access, transpose: bool) -> None:
+    """`T[.., r, j] += A[.., r, ..] * B[.., j]` as a register-blocked micro-kernel (B:
+    `moved`; `transpose`: its tile is first copied with j last, `online.
+    transposed_operand`): for blocks of rows r and of vectors along j, accumulators in
+    registers across the reduced dims, each step one broadcast of A per row and one load
+    of B per vector, as a GEMM micro-kernel does."""
+    found = contraction(stmt)
+    assert found is not None
+    suffix = "f32" if stmt.dtype.is_float else "i32"
+    other = found[0] if found[1] is moved else found[1]
+    tile = dict(zip(node.dims, node.tile, strict=True))
+    lanes, j = kw.lanes, stmt.indices[-1]
+    source = kw.locals[node.operands[moved.tensor]]
+    dims = [d for d in moved.indices if d != j] + [j]
+    name = kw.w.names(f"t:{kw.kernel.name}:{node.statement}:{len(code.lines)}", "t_")
+
+    def flat(index: dict[str, str]) -> str:
+        text = ""
+        for d in dims:
+            text = index[d] if not text else f"({text}) * {tile[d]} + {index[d]}"
+        return text
+
+    def operand(index: dict[str, str]) -> str:
+        if not transpose:
+            return f"&{source.scalar({d: index[d] for d in moved.indices})}"
+        return f"&{name}[{flat(index)}]"
+
+    if transpose:
+        code.comment(f"{moved.tensor}'s tile with {j} last (an outer product in vectors "
+                     f"along {j})")
+        code(f"float {name}[{math.prod(tile[d] for d in dims)}];")
+        last = moved.indices[-1]
+        if tile[last] % lanes or tile[j] % lanes or suffix != "f32":
+            with kw.tile_loops(code, moved.indices, [tile[d] for d in moved.indices]) as at:
+                code(f"{name}[{flat(at)}] = {source.scalar(at)};")
+        else:
+            _transpose_blocks(kw, code, moved, source, tile, flat, name, j)
+    else:
+        code.comment(f"an outer product in vectors along {j}, accumulators in registers")
+    chunks = tile[j] // lanes
+    block = max(c for c in range(1, min(chunks, 8) + 1) if chunks % c == 0)
+    rows = [d for d in stmt.indices if d != j]
+    row = rows[-1] if rows else None
+    rb = max((r for r in range(1, 5) if row and tile[row] % r == 0
+              and r * block <= ACCUMULATORS), default=1) if row else 1
+    target = kw.locals[node.out]
+    reduced = [d for d in stmt.reduced]
+    outer = [d for d in rows if d != row]
+    steps = [*(tile[d] for d in outer), *([tile[row] // rb] if row else []), chunks // block]
+    with kw.tile_loops(code, [*outer, *([row] if row else []), j], steps) as at:
+        def at_row(r: int, c: int | None = None) -> dict[str, str]:
+            here = dict(at)
+            if row:
+                here[row] = f"{at[row]} * {rb} + {r}"
+            if c is not None:
+                here[j] = f"({at[j]} * {block} + {c}) * {lanes}"
+            return here
+
+        code(f"v{suffix} a_[{rb}][{block}];")
+        for r in range(rb):
+            for c in range(block):
+                code(f"a_[{r}][{c}] = vload_{suffix}(&{target.scalar(at_row(r, c))});")
+        with kw.tile_loops(code, reduced, [tile[d] for d in reduced]) as red:
+            for r in range(rb):
+                here = {**at_row(r), **red}
+                value = kw.locals[node.operands[other.tensor]].scalar(
+                    {d: here[d] for d in other.indices})
+                code(f"v{suffix} x{r}_ = vsplat_{suffix}({value});")
+            for c in range(block):
+                code(f"v{suffix} y{c}_ = vload_{suffix}({operand({**at_row(0, c), **red})});")
+                for r in range(rb):
+                    code(f"a_[{r}][{c}] += x{r}_ * y{c}_;")
+        for r in range(rb):
+            for c in range(block):
+                code(f"vstore_{suffix}(&{target.scalar(at_row(r, c))}, a_[{r}][{c}]);")
+
+
+def _transpose_blocks(kw: KernelWriter, code: Code, moved: Access, source: Local,
+                      tile: dict[str, int], flat: Callable[[dict[str, str]], str],
+                      name: str, j: str) -> None:
+    """`moved`'s tile into `name` with j last, in square blocks of one vector's lanes:
+    each block's rows loaded as vectors, transposed in registers by log2(lanes) rounds
+    of two-source shuffles (each round swaps the off-diagonal sub-blocks of half the
+    size before), stored as vectors: a shuffle per lane-row per round instead of a
+    scalar load and store per element."""
+    lanes = kw.lanes
+    last = moved.indices[-1]
+    others = [d for d in moved.indices if d not in (j, last)]
+    blocks = [tile[d] for d in others] + [tile[j] // lanes, tile[last] // lanes]
+    with kw.tile_loops(code, [*others, j, last], blocks) as at:
+        def element(dim_j: str, dim_last: str) -> dict[str, str]:
+            return {**{d: at[d] for d in others}, j: dim_j, last: dim_last}
+
+        for r in range(lanes):
+            where = element(f"{at[j]} * {lanes} + {r}", f"{at[last]} * {lanes}")
+            code(f"vf32 r{r}_ = vload_f32(&{source.scalar(where)});")
+        step = lanes // 2
+        while step:
+            low = ", ".join(str(k if not k & step else lanes + k - step) for k in range(lanes))
+            high = ", ".join(str(k + step if not k & step else lanes + k)
+                             for k in range(lanes))
+            for r in range(lanes):
+                if r & step:
+                    continue
+                code(f"{{ vf32 a_ = r{r}_, b_ = r{r + step}_; "
+                     f"r{r}_ = __builtin_shuffle(a_, b_, (vi32){{{low}}}); "
+                     f"r{r + step}_ = __builtin_shuffle(a_, b_, (vi32){{{high}}}); }}")
+            step //= 2
+        for r in range(lanes):
+            where = element(f"{at[j]} * {lanes}", f"{at[last]} * {lanes} + {r}")
+            code(f"vstore_f32(&{name}[{flat(where)}], r{r}_);")
+

@@ -267,8 +267,9 @@ class KernelBuilder:
         nodes: list[Node] = []
         for stmt in self.spec.statements:
             identity = stmt.op.identity(stmt.dtype)
-            if stmt.op.reduces and not stmt.accumulates:
-                nodes.append(Fill(stmt.target, identity))
+            local = self.spec.online is not None and self.spec.use(stmt.target).local
+            if stmt.op.reduces and not stmt.accumulates and not local:  # (an online
+                nodes.append(Fill(stmt.target, identity))  # kernel's scores: never read)
             partial_loops = self._root_partial_loops(TensorUse(stmt.target, stmt.indices,
                                                                 True, True))
             if partial_loops:

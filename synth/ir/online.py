@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 from synth.constraints.online import OnlinePlan
 from synth.errors import IRError, SynthError
+from synth.hardware import Hardware
 from synth.ir.nodes import (
     Alloc,
     BufferDecl,
@@ -115,3 +116,20 @@ def refuse_online(program: Program, emitter: str) -> None:
                             f"with the online rewrite (a running maximum and the rescale "
                             f"of its sums), which only --emit c implements; solve with "
                             f"--fix online.{kernel.name}=0 for a schedule without it")
+
+
+def step_in_cache(kernel: Kernel, hw: Hardware) -> bool:
+    """Whether the kernel is an online kernel on a CPU (`compute.vector_tiles`): its
+    innermost tiles are the step's plain C arrays (an element's bytes are its dtype's),
+    which live in the memory just outside the registers (`online_terms.step_capacity`,
+    the cost model's rule)."""
+    return hw.compute.vector_tiles and is_online(kernel)
+
+
+def usable(kernel: Kernel, hw: Hardware, memory: str) -> int:
+    """Bytes the kernel's tiles in one instance of `memory` may take."""
+    mem = hw.memory(memory)
+    if memory != hw.memories[-1].name or not step_in_cache(kernel, hw):
+        return mem.usable
+    outside = [m for m in hw.memories[:-1] if m.level == mem.level]
+    return outside[-1].usable if outside else mem.usable

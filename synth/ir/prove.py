@@ -51,6 +51,7 @@ import z3
 
 from synth.errors import InputError, IRError
 from synth.hardware import Hardware
+from synth.ir import online
 from synth.ir.nodes import (
     Affine,
     Alloc,
@@ -332,6 +333,7 @@ class _Prover:
     def kernel(self, kernel: Kernel) -> None:
         self.name = kernel.name
         self.vector = kernel_vector(kernel, self.workload)
+        self.plain = online.step_in_cache(kernel, self.hw)  # an online step's C arrays
         self.dims = self._kernel_dims(kernel)
         self.loop_extent = {v: self._loop_extent(v) for v in _loops(kernel.body)}
         self.extents = {v.name: extent for v, extent in self.loop_extent.items()}
@@ -602,13 +604,14 @@ class _Prover:
             copies = copies * extent
         self.usage.setdefault(buf.memory, []).append(
             (buf.name, copies, buffer_bytes(buf, self.hw.memory(buf.memory),
+                                            buf.dtype.itemsize if self.plain else
                                             element_bytes(buf, self.hw, self.vector))))
 
     def _capacity(self, kernel: Kernel, memory: str, tiles: list[tuple[str, Term, int]]
                   ) -> None:
         self.checks += 1
         self.kinds.add("capacity")
-        usable = self.hw.memory(memory).usable
+        usable = online.usable(kernel, self.hw, memory)
         used = z3.Sum([z3.IntVal(nbytes) * copies for _, copies, nbytes in tiles])
         solver = self.solver
         solver.push()

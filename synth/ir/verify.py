@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from synth.constraints.roofline import register_bytes
 from synth.errors import IRError
 from synth.hardware import Hardware, Memory
+from synth.ir import online
 from synth.ir.nodes import (
     Alloc,
     BufferDecl,
@@ -70,16 +71,17 @@ class KernelCheck:
         self.holding = set(holding)
         self.usage: dict[str, int] = {}  # memory -> bytes per instance over the kernel
         self.partials: set[str] = set()  # partial-result buffers still to be combined
+        self.plain = online.step_in_cache(kernel, hw)  # an online step's C arrays
 
     def run(self) -> set[str]:
         """Check the kernel; the globals holding data after it."""
         scope = _Scope(dict(self.globals), [], set(self.holding))
         self._block(self.kernel.body, scope)
         for memory, used in self.usage.items():
-            mem = self.hw.memory(memory)
-            if used > mem.usable:
+            usable = online.usable(self.kernel, self.hw, memory)
+            if used > usable:
                 raise IRError(f"kernel {self.kernel.name}: expected tiles in one {memory} "
-                              f"to fit {mem.usable} bytes, got {used}")
+                              f"to fit {usable} bytes, got {used}")
         if self.partials:
             raise IRError(f"kernel {self.kernel.name}: expected partial results "
                           f"{', '.join(sorted(self.partials))} combined, got no combine")
@@ -197,8 +199,9 @@ class KernelCheck:
         copies = instance_copies(buf, scope.loops, self.hw,
                                  lambda loop: _extent_of(self.kernel, loop))
         self.usage[buf.memory] = self.usage.get(buf.memory, 0) + copies * \
-            buffer_bytes(buf, self.hw.memory(buf.memory),
-                         element_bytes(buf, self.hw, kernel_vector(self.kernel, self.workload)))
+            buffer_bytes(buf, self.hw.memory(buf.memory), buf.dtype.itemsize if self.plain
+                         else element_bytes(buf, self.hw, kernel_vector(self.kernel,
+                                                                        self.workload)))
 
 
 def instance_copies(buf: BufferDecl, loops: Sequence[LoopVar], hw: Hardware,
