@@ -159,12 +159,12 @@ def compute(kw: KernelWriter, code: Code, node: Compute, stmt: Statement) -> boo
         real = "float" if stmt.dtype.is_float else "int"
         # the lanes folded in log2(lanes) rounds: each combines the vector with itself
         # rotated by half the lanes still apart (a shuffle and one operation)
-        step = kw.lanes // 2
-        while step:
-            rotate = ", ".join(str((k + step) % kw.lanes) for k in range(kw.lanes))
+        apart = kw.lanes // 2
+        while apart:
+            rotate = ", ".join(str((k + apart) % kw.lanes) for k in range(kw.lanes))
             rotated = f"__builtin_shuffle(a_, (vi32){{{rotate}}})"
             code(f"a_ = {kw.w.vector_step(stmt.op, 'a_', rotated, suffix)};")
-            step //= 2
+            apart //= 2
         folded = Typed("a_[0]", stmt.dtype.is_float)
         step = kw.w.reduce_step(stmt.op, Typed(mine, stmt.dtype.is_float), folded, real)
         code(f"{mine} = {kw.w.cast(step, stmt.dtype)};")
