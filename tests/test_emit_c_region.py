@@ -14,7 +14,7 @@ from conftest import Built, Case, build, forced, solve
 from test_emit_c import assert_passes, emit_and_check
 
 from synth.constraints.user import user_constraints
-from synth.emit.c import unread_tensors
+from synth.emit.c_parallel import unread_tensors
 from synth.ir.materialize import materialize
 from synth.ir.nodes import Program
 
