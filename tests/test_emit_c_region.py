@@ -14,6 +14,7 @@ from conftest import Built, Case, build, forced, solve
 from test_emit_c import assert_passes, emit_and_check
 
 from synth.constraints.user import user_constraints
+from synth.emit.c_check import check_c
 from synth.emit.c_parallel import unread_tensors
 from synth.ir.materialize import materialize
 from synth.ir.nodes import Program
@@ -73,3 +74,17 @@ def test_fused_intermediates_in_registers_are_not_filled(tmp_path: Path) -> None
     body = kernel_source(tmp_path, "a_b_h")
     assert not re.search(r"\b[ab]\[k_\] =", body)
     assert "is never read" in body
+
+
+def test_one_threads_work_runs_every_unit_on_the_calling_thread(tmp_path: Path) -> None:
+    """`check_c(one_thread=True)` (benchmarks/c_vs_numpy.py --one-thread): the region of
+    2 units under OMP_THREAD_LIMIT=1 runs both units' iterations on one thread and still
+    matches the reference; both sides are timed (thread CPU time)."""
+    case = Case.of("red", "cpu", {"N": 8192})
+    built, program = fixed(case, "S.s.i=4", "P.s.i=2")
+    assert_passes(emit_and_check(program, built.workload, tmp_path))
+    check = check_c(tmp_path, one_thread=True)
+    assert_passes(check)
+    assert check.threads == 1
+    assert check.run_s is not None and check.run_s > 0
+    assert check.numpy_s is not None and check.numpy_s > 0

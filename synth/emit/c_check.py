@@ -12,6 +12,13 @@ child:
    evaluating the same workload (`synth.numpy_eval`) timed the same way.
 
 It prints one JSON object, which `check_c` reads back into a `CCheck`.
+
+`one_thread=True` measures one thread's worth of work instead of the wall clock: the
+child runs with `OMP_THREAD_LIMIT=1` (every parallel region of the emitted code on the
+calling thread, the schedule's units one after another) and one BLAS thread
+(`OPENBLAS_NUM_THREADS=1` and the like), and both sides are timed as the calling
+thread's CPU time (`time.thread_time`), median of at least `ONE_THREAD_RUNS` calls: a
+busy machine slows that far less than it slows a wall clock waiting for a second core.
 """
 
 from __future__ import annotations
@@ -40,6 +47,10 @@ MIN_RUNS = 5
 QUICK_RUNS = 3
 LONG_RUN_S = 1.0
 MAX_RUNS = 50
+ONE_THREAD_RUNS = 7
+# the environment of a one-thread check: OpenMP and every BLAS NumPy may load on one thread
+ONE_THREAD_ENV = {"OMP_THREAD_LIMIT": "1", "OMP_NUM_THREADS": "1",
+                  "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 TIMING_BUDGET_S = 0.5  # per side: repeat a short call until about this much was spent
 WORKLOAD_FILE = "workload.pkl"
 
@@ -64,10 +75,12 @@ class CCheck:
 
 
 def check_c(out_dir: str | Path, timeout_s: float = 600.0, time_runs: bool = True,
-            time_numpy: bool = True, quick: bool = False) -> CCheck:
+            time_numpy: bool = True, quick: bool = False, one_thread: bool = False
+            ) -> CCheck:
     """Run the check in a child process; a crash or a timeout is a failed check.
     `time_numpy` False times the emitted code only (`numpy_s` stays None); `quick` times
-    it after the checking call, with fewer runs when a call is long (`QUICK_RUNS`)."""
+    it after the checking call, with fewer runs when a call is long (`QUICK_RUNS`);
+    `one_thread` times one thread's work as its CPU time (see the module's doc)."""
     start = time.perf_counter()
     args = [sys.executable, "-m", "synth.emit.c_check", str(out_dir)]
     if not time_runs:
@@ -76,8 +89,12 @@ def check_c(out_dir: str | Path, timeout_s: float = 600.0, time_runs: bool = Tru
         args.append("--no-numpy")
     if quick:
         args.append("--quick")
+    env = None
+    if one_thread:
+        args.append("--one-thread")
+        env = os.environ | ONE_THREAD_ENV
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+                            start_new_session=True, env=env)
     try:
         out, err = proc.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
@@ -108,21 +125,22 @@ def build(out: Path) -> tuple[bool, str]:
 
 
 def median_time(fn: Callable[[], object], warm_up: bool = True,
-                min_runs: int = MIN_RUNS) -> float:
+                min_runs: int = MIN_RUNS,
+                clock: Callable[[], float] = time.perf_counter) -> float:
     """Median seconds of one call: a warm-up (unless the caller just made one), then at
-    least `min_runs` timed calls (more when calls are short)."""
+    least `min_runs` timed calls (more when calls are short), by `clock`."""
     if warm_up:
         fn()
     times: list[float] = []
     while len(times) < min_runs or (sum(times) < TIMING_BUDGET_S and len(times) < MAX_RUNS):
-        start = time.perf_counter()
+        start = clock()
         fn()
-        times.append(time.perf_counter() - start)
+        times.append(clock() - start)
     return statistics.median(times)
 
 
-def run_child(out: Path, time_runs: bool, time_numpy: bool = True, quick: bool = False
-              ) -> dict[str, Any]:
+def run_child(out: Path, time_runs: bool, time_numpy: bool = True, quick: bool = False,
+              one_thread: bool = False) -> dict[str, Any]:
     from synth import numpy_eval
     from synth.emit.c import LIBRARY
     from synth.reference import compare
@@ -147,8 +165,15 @@ def run_child(out: Path, time_runs: bool, time_numpy: bool = True, quick: bool =
     result.update(passed=all(ok for ok, _, _ in errors.values()),
                   max_abs_err=max((e[1] for e in errors.values()), default=0.0),
                   max_rel_err=max((e[2] for e in errors.values()), default=0.0),
-                  threads=int(lib.synth_threads()), log=log + "\n".join(lines))
-    if time_runs and result["passed"]:
+                  threads=1 if one_thread else int(lib.synth_threads()),
+                  log=log + "\n".join(lines))
+    if time_runs and result["passed"] and one_thread:
+        result["run_s"] = median_time(lambda: lib.synth_run(pointers), True,
+                                      ONE_THREAD_RUNS, time.thread_time)
+        if time_numpy:
+            result["numpy_s"] = median_time(lambda: numpy_eval.evaluate(workload, inputs),
+                                            True, ONE_THREAD_RUNS, time.thread_time)
+    elif time_runs and result["passed"]:
         if quick:  # the checking call was the warm-up
             runs = QUICK_RUNS if checked > LONG_RUN_S else MIN_RUNS
             result["run_s"] = median_time(lambda: lib.synth_run(pointers), False, runs)
@@ -185,7 +210,8 @@ def _finite(value: float) -> float:
 def main(argv: list[str]) -> int:
     out = Path(argv[0])
     result = run_child(out, time_runs="--no-timing" not in argv,
-                       time_numpy="--no-numpy" not in argv, quick="--quick" in argv)
+                       time_numpy="--no-numpy" not in argv, quick="--quick" in argv,
+                       one_thread="--one-thread" in argv)
     print(json.dumps(result, allow_nan=False))
     return 0
 
