@@ -81,17 +81,28 @@ def is_statistic(indices: Sequence[str], others: Iterable[Sequence[str]]) -> boo
 
 def tile_units(indices: Iterable[Sequence[str]], edge: int) -> dict[str, int]:
     """Each index some tensor (given by its subscripts) is tiled along -> elements per tile
-    along it: E for the last two indices of a matrix (a vector indexed by one of them, a
-    row's statistic, is a column of tiles: tt-lang's row reductions leave it in column
-    0), E*E for the index of vectors alone (32x32 tiles of a flat vector). The leading
-    indices of a tensor of rank 3 or more (batch, heads) are not tiled, nor those of a
-    batched row statistic (`is_statistic`), whose last index is a column of tiles."""
+    along it: E for the indices of matrices (a vector indexed by one of them, a row's
+    statistic, is a column of tiles: tt-lang's row reductions leave it in column 0; one
+    indexed by a matrix's last index a row of tiles), E*E for the index of vectors alone
+    (32x32 tiles of a flat vector). Not tiled: the batch indices (`batch_indices`)."""
     subscripts = [tuple(ix) for ix in indices]
-    stats = [ix for ix in subscripts if is_statistic(ix, subscripts)]
-    in_matrix = {d for ix in subscripts if len(ix) > 1 and ix not in stats for d in ix[-2:]}
-    in_matrix |= {ix[-1] for ix in stats}
+    batch = batch_indices(subscripts)
+    in_matrix = {d for ix in subscripts if len(ix) > 1 for d in ix} - batch
     in_vector = {ix[0] for ix in subscripts if len(ix) == 1}
     return {d: edge for d in in_matrix} | {d: edge * edge for d in in_vector - in_matrix}
+
+
+def batch_indices(subscripts: Sequence[tuple[str, ...]]) -> set[str]:
+    """The leading indices of tensors of rank 3 or more (all but the last two) and of
+    batched row statistics (`is_statistic`: all but the last) that no matrix or vector
+    is indexed by: batch and heads. A tensor may hold one in between its tiled indices
+    (the transformer's Wq[d, h, e], h a leading index of q[h, s, e], d one of xn[s, d]):
+    a block holds one head of it, its heads side by side along the columns."""
+    stats = [ix for ix in subscripts if is_statistic(ix, subscripts)]
+    lead = {d for ix in subscripts if len(ix) >= 3 and ix not in stats for d in ix[:-2]}
+    lead |= {d for ix in stats for d in ix[:-1]}
+    low = {d for ix in subscripts if len(ix) <= 2 and ix not in stats for d in ix}
+    return lead - low
 
 
 def batch_dims(indices: Iterable[Sequence[str]], edge: int) -> tuple[str, ...]:

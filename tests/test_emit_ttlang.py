@@ -46,6 +46,21 @@ r[b, m]   max= C[b, m, n]
 Y[b, m, n]  = (C[b, m, n] - r[b, m]) * 0.5
 """
 MHA = {"B": 2, "H": 2, "S": 64, "E": 32}
+CUBE = """size N = 64
+in  A : f32[N, N]
+in  B : f32[N, N]
+in  T : f32[N, N, N]
+out Y : f32[N, N, N]
+Y[i, j, k] = T[i, j, k] * A[i, k] * B[j, k]
+"""  # T is tiled along all three indices (each is a matrix index of A or B)
+BOTH_WAYS = """size N = 64
+in  x : f32[N, N]
+in  v : f32[N]
+out Y : f32[N, N]
+out Z : f32[N, N]
+Y[i, j] = x[i, j] * v[i]
+Z[i, j] = x[i, j] * v[j]
+"""  # v scales the rows, then the columns: a column of tiles and a row of tiles
 
 
 def _emit(workload: str, sizes: dict[str, int], out: Path, fixes: tuple[str, ...] = ()
@@ -72,6 +87,8 @@ def _matmul(tmp_path: Path) -> Path:
     ("rmsnorm", {"S": 64, "D": 64}, 6),
     ("layernorm", {"S": 64, "D": 64}, 12),
     ("swiglu", {"S": 64, "D": 64, "F": 64}, 12),
+    # projections into heads: Wq[d, h, e] as 64 x (2*32), a block one head's columns
+    ("transformer", {"S": 64, "D": 64, "H": 2, "E": 32, "F": 64}, 60),
 ])
 def test_builtin_is_simulated_with_the_schedules_traffic(
         workload: str, sizes: dict[str, int], written: int, tmp_path: Path) -> None:
@@ -150,12 +167,19 @@ def test_json_keys_and_exit_codes(tmp_path: Path) -> None:
                                    "--emit", "ttlang", "--out", str(tmp_path / "v")])
     assert integers.exit_code == 2 and "is i32" in integers.output
     assert "no integer dtype" in integers.output
-    heads = runner.invoke(app, ["solve", "transformer", "--hw", "wormhole", "--set", "S=64",
-                                "--set", "D=64", "--set", "H=2", "--set", "E=32", "--set",
-                                "F=64", "--emit", "ttlang", "--out", str(tmp_path / "t")])
-    assert heads.exit_code == 2 and "that the kernel tiles" in heads.output, heads.output
-    assert "has a leading index" in heads.output and "Traceback" not in heads.output
-    assert "Traceback" not in padded.output + integers.output
+    cube = tmp_path / "cube.syn"
+    cube.write_text(CUBE)
+    three = runner.invoke(app, ["solve", str(cube), "--hw", "wormhole", "--emit", "ttlang",
+                                "--out", str(tmp_path / "t")])
+    assert three.exit_code == 2 and "tensor T[i, j, k] in kernel Y is tiled along i, j, k" \
+        in three.output, three.output
+    both = tmp_path / "both.syn"
+    both.write_text(BOTH_WAYS)
+    twice = runner.invoke(app, ["solve", str(both), "--hw", "wormhole", "--emit", "ttlang",
+                                "--out", str(tmp_path / "b")])
+    assert twice.exit_code == 2 and "vector v is a row of tiles in statement Z and a column" \
+        in twice.output, twice.output
+    assert "Traceback" not in padded.output + integers.output + three.output + twice.output
 
 
 def test_the_emitted_program_is_readable_and_named_after_the_tensors(tmp_path: Path) -> None:
@@ -185,7 +209,7 @@ def test_rank_3_tensors_and_a_batched_row_statistic(tmp_path: Path) -> None:
     source = (out / "program.py").read_text()
     assert "# A[3, 64, 32] viewed as 192 x 32" in source
     assert "# r[3, 64] viewed as 192 x 32" in source
-    assert "'r': (64, 32, False, True, (3, 64), (3,), False)" in source  # batched column
+    assert "'r': (64, 32, False, True, (3, 64), (3,), False, ())" in source  # batched column
 
 
 def test_a_wrong_view_of_the_heads_is_caught(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -239,3 +263,27 @@ def test_a_reduction_split_in_steps_into_a_loaded_target(tmp_path: Path) -> None
         outcome.model, outcome.result.env or {})
     source = (out / "program.py").read_text()
     assert "acc.store(sc_l1_in)" in source and "for g_e in range(2):" in source
+
+
+def test_a_projection_into_heads_takes_each_heads_columns(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The transformer's Wq[d, h, e] is the 2-D view D x (H*E) and a block of it one
+    head's column slice; with the head's column offset dropped (every head projects
+    with head 0's weights) the copies move the same tiles and the output differs."""
+    out = tmp_path / "out"
+    outcome = _emit("transformer", {"S": 64, "D": 64, "H": 2, "E": 32, "F": 64}, out)
+    assert outcome.program is not None
+    source = (out / "program.py").read_text()
+    assert "# Wq[64, 2, 32] viewed as 64 x 64 (one block per leading index: columns 2 x 32)" \
+        in source
+    good = ttlang.view_col
+
+    def head_zero(decl: BufferDecl, layout: ttlang.Layout) -> Affine:
+        return decl.origin[-1] if layout.mid else good(decl, layout)
+
+    monkeypatch.setattr(ttlang, "view_col", head_zero)
+    (out / "program.py").write_text(ttlang.program_source(outcome.program, outcome.workload))
+    broken = check_ttlang(out)
+    assert broken.ran and not broken.passed and "y: DIFFERS" in broken.log, broken.log
+    assert (broken.dram_tiles_read, broken.dram_tiles_written) == (
+        broken.model_tiles_read, broken.model_tiles_written)

@@ -191,3 +191,18 @@ def test_transfers_are_priced_in_whole_tiles(case: Case) -> None:
                 assert tile_scale(kt, use) == 32
     read, written = model_dram_tiles(built.model, env)
     assert moved == (read + written) * 32 * 32 * 4 and copies > 0
+
+
+def test_heads_between_a_weights_tiled_indices_are_batch_indices() -> None:
+    """The transformer's projection q[h, s, e] += xn[s, d] * Wq[d, h, e]: d is a matrix
+    index of xn (tiled), h a leading index of q that no matrix is indexed by (a batch
+    index, one per block: Wq's block is one head's columns), so H=2 is not padded to 32."""
+    subscripts = [("s", "d"), ("d", "h", "e"), ("h", "s", "e")]
+    assert tile_units(subscripts, 32) == {"s": 32, "d": 32, "e": 32}
+    assert batch_dims(subscripts, 32) == ("h",)
+    assert tile_units([("s", "d"), ("d", "h", "e")], 32) == {"s": 32, "d": 32, "h": 32,
+                                                             "e": 32}  # no q: h is tiled
+    case = Case.of("transformer", "wormhole", {"S": 64, "D": 64, "H": 2, "E": 32, "F": 64})
+    env = optimum(case).env or {}
+    assert ex.evaluate(build(case).model.factors.extents[("q", "h")], env) == 2  # not 32
+    assert env["Q.q.h"] == 1

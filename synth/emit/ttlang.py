@@ -20,7 +20,9 @@ column 0 (where tt-lang's row reductions leave it), or by a matrix's column (a s
 g[d] of every row), as a row of tiles with the value in row 0; a scalar is one tile, its value at
 (0, 0). Tensors of rank 3 and 4 (batch and heads: `mha`) are 2-D views: their leading
 indices stack the (padded) matrices along the rows, a [B, H, S, E] tensor is
-(B*H*S) x E and a row statistic [B, H, S] a column of B*H*S rows; the model's `tile`
+(B*H*S) x E and a row statistic [B, H, S] a column of B*H*S rows, and batch indices
+between a tensor's tiled ones stack its matrices along the columns (the transformer's
+Wq[d, h, e] is D x (H*E), a block one head's columns); the model's `tile`
 constraint gives a block one leading index, so the leading dimensions are loops over the
 grid or over blocks per core, and a block's statement is the 2-D one (`unbatched`).
 Tensors are padded with zeros to whole blocks. Supported: element-wise
@@ -38,6 +40,7 @@ import dataclasses
 import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from synth.constraints.cost import contraction
 from synth.errors import InputError
@@ -71,6 +74,7 @@ from synth.workload import (
     accesses,
 )
 
+_T = TypeVar("_T")
 EDGE = 32  # elements per tile edge (the model's `tile`)
 # how an accumulation folds a block into its target, and its identity
 _COMBINE = {"+=": "({} + {})", "*=": "({} * {})", "max=": "ttl.math.max({}, {})",
@@ -92,7 +96,9 @@ class Layout:
     of a matrix, one element per row in column 0 of its tiles, as tt-lang's row
     reductions leave it). A tensor of rank 3 or more (or a batched row statistic) has
     leading dimensions (`lead`: batch, heads): its 2-D view stacks the (padded) matrices
-    of every leading index along the rows, (prod(lead) * rows) x cols, in C order."""
+    of every leading index along the rows, (prod(lead) * rows) x cols, in C order; batch
+    indices between its row and column index (`mid`) stack its matrices along the
+    columns (a weight Wq[d, h, e] is D x (H*E), each head's columns side by side)."""
 
     rows: int  # per leading index
     cols: int
@@ -100,11 +106,25 @@ class Layout:
     column: bool = False
     lead: tuple[int, ...] = ()
     row: bool = False  # a vector of a matrix's columns: one tile row, values in row 0
+    # batch indices between the row and the column index (the transformer's Wq[d, h, e]):
+    # their (padded) matrices side by side along the columns, rows x (prod(mid) * cols)
+    mid: tuple[int, ...] = ()
 
     @property
     def height(self) -> int:
         """Rows of the 2-D view."""
         return math.prod(self.lead) * self.rows
+
+    @property
+    def width(self) -> int:
+        """Columns of the 2-D view."""
+        return math.prod(self.mid) * self.cols
+
+    def batch(self, indices: tuple[_T, ...]) -> tuple[_T, ...]:
+        """The batch entries among a tensor's `indices` (or extents, per axis): the
+        leading ones and those between the row and the column index (one per block)."""
+        lead = len(self.lead)
+        return indices[:lead] + indices[lead + 1:lead + 1 + len(self.mid)]
 
 
 @dataclass
@@ -131,8 +151,8 @@ def layouts(program: Program, workload: Workload) -> dict[str, Layout]:
                 end = origin.max_value(extents) + size
                 ends[alloc.tensor][axis] = max(ends[alloc.tensor][axis], end)
     out = {}
-    columns, rows = _vector_kinds(program)
-    _check_leading(program, columns)
+    columns, rows = _vector_kinds(program, workload)
+    row_axes = _row_axes(program, columns)
     for name, shape in ends.items():
         if not shape:  # a scalar: one tile, the value at (0, 0) (a full reduction's place)
             out[name] = Layout(EDGE, EDGE, False, False)
@@ -143,8 +163,9 @@ def layouts(program: Program, workload: Workload) -> dict[str, Layout]:
         elif len(shape) == 1:
             out[name] = Layout(_pad(shape[0], EDGE * EDGE) // EDGE, EDGE, True)
         else:
-            out[name] = Layout(_pad(shape[-2], EDGE), _pad(shape[-1], EDGE), False, False,
-                               tuple(shape[:-2]))
+            axis = row_axes.get(name, len(shape) - 2)
+            out[name] = Layout(_pad(shape[axis], EDGE), _pad(shape[-1], EDGE), False, False,
+                               tuple(shape[:axis]), mid=tuple(shape[axis + 1:-1]))
     return out
 
 
@@ -152,44 +173,80 @@ def _pad(extent: int, unit: int) -> int:
     return -(-extent // unit) * unit
 
 
-def _check_leading(program: Program, columns: set[str]) -> None:
-    """A tensor's leading indices are batch dimensions, one per block: none may be an
-    index another tensor of the kernel is tiled along (the transformer's Wq[d, h, e],
-    whose d is a matrix index of xn[s, d])."""
+def _row_axes(program: Program, columns: set[str]) -> dict[str, int]:
+    """Per tensor of rank 2 or more that is not a column of tiles, the axis of its row
+    index: its tiled indices (`synth.tiles.tile_units` over each kernel's tensors) are
+    two, the second its last index, and the same in every kernel; the others are batch
+    indices, one per block. A column's leading indices are all batch indices."""
+    out: dict[str, int] = {}
+    where: dict[str, str] = {}
     for kernel in program.kernels:
         decls = [a for a, _ in _allocs(kernel.body, {})]
         units = tile_units([a.dims for a in decls], EDGE)
         for a in decls:
-            lead = a.dims[:-1] if a.tensor in columns else a.dims[:-2]
-            tiled = [d for d in lead if d in units]
-            if tiled:
-                raise EmitError(f"--emit ttlang: tensor {a.tensor}[{', '.join(a.dims)}] in "
-                                f"kernel {kernel.name} has a leading index {tiled[0]} that "
-                                "the kernel tiles (a matrix index of another tensor); "
-                                "tt-lang views here take leading indices as batch "
-                                "dimensions only")
+            named = f"tensor {a.tensor}[{', '.join(a.dims)}] in kernel {kernel.name}"
+            tiled = [axis for axis, d in enumerate(a.dims) if d in units]
+            if a.tensor in columns:
+                if tiled[:-1] or tiled[-1:] != [len(a.dims) - 1]:
+                    raise EmitError(f"--emit ttlang: {named}: a column of tiles whose "
+                                    "leading indices are not all batch indices; not emitted")
+                continue
+            if len(a.dims) < 2:
+                continue
+            if len(tiled) != 2 or tiled[1] != len(a.dims) - 1:
+                shown = ", ".join(a.dims[axis] for axis in tiled) or "none"
+                raise EmitError(f"--emit ttlang: {named} is tiled along {shown}; tt-lang "
+                                "views here take two tiled indices, the second the last "
+                                "(the others batch indices, one per block)")
+            if out.get(a.tensor, tiled[0]) != tiled[0]:
+                raise EmitError(f"--emit ttlang: {named} is tiled along other indices than "
+                                f"in kernel {where[a.tensor]}; one DRAM layout per tensor")
+            out[a.tensor], where[a.tensor] = tiled[0], kernel.name
+    return out
 
 
-def _vector_kinds(program: Program) -> tuple[set[str], set[str]]:
-    """(columns, rows): vectors some kernel indexes by the row index of a matrix it also
-    touches, and batched row statistics (`synth.tiles.is_statistic`), are columns of
-    tiles; vectors indexed by a matrix's last index (and by no row index) are rows of
-    tiles, broadcast down a block's rows."""
+def _vector_kinds(program: Program, workload: Workload) -> tuple[set[str], set[str]]:
+    """(columns, rows): a vector a statement indexes by the first tiled index of its 2-D
+    space (its target's indices, and the reduced one of a row reduction: `r[s]` of
+    `xn[s, d] = x[s, d] * r[s]`, `m[i] max= x[i, j]`) is a column of tiles, by the last
+    (`g[d]`) a row of tiles, broadcast down a block's rows; batched row statistics
+    (`synth.tiles.is_statistic`) are columns. A vector no statement places so is a column
+    when its kernel indexes a matrix's row by it, a row when only a matrix's last index;
+    a vector that statements use both ways is exit 2."""
     columns, rows = set(), set()
+    placed: dict[str, tuple[str, str]] = {}  # vector -> (column or row, statement)
     for kernel in program.kernels:
         decls = [a for a, _ in _allocs(kernel.body, {})]
         subscripts = [a.dims for a in decls]
         units = tile_units(subscripts, EDGE)
+        for name in dict.fromkeys(n.statement for n in walk(kernel.body)
+                                  if isinstance(n, Compute)):
+            stmt = workload.statement(name)
+            space = [d for d in (stmt.dims if stmt.reduced else stmt.indices) if d in units]
+            for tensor, ix in ((stmt.target, stmt.indices),
+                               *((a.tensor, a.indices) for a in accesses(stmt.expr))):
+                if len(ix) != 1 or len(space) != 2 or ix[0] not in space:
+                    continue
+                kind = "column" if ix[0] == space[0] else "row"
+                if placed.setdefault(tensor, (kind, name))[0] != kind:
+                    raise EmitError(f"--emit ttlang: vector {tensor} is a {kind} of tiles in "
+                                    f"statement {name} and a {placed[tensor][0]} in statement "
+                                    f"{placed[tensor][1]}; one DRAM layout per tensor")
         stats = [ix for ix in subscripts if is_statistic(ix, subscripts)]
-        matrices = [ix for ix in subscripts if len(ix) >= 2 and ix not in stats]
-        last = {ix[-1] for ix in matrices} - {ix[-2] for ix in matrices} - \
-            {ix[-1] for ix in stats}
+        matrices = [[d for d in ix if d in units] for ix in subscripts
+                    if len(ix) >= 2 and ix not in stats]
+        last = {ix[-1] for ix in matrices if ix} - {ix[-2] for ix in matrices
+                                                    if len(ix) > 1} - {ix[-1] for ix in stats}
         for a in decls:
+            if a.tensor in placed:
+                continue
             if len(a.dims) == 1 and a.dims[0] in last:
                 rows.add(a.tensor)
             elif a.dims in stats or (len(a.dims) == 1 and units.get(a.dims[0]) == EDGE):
                 columns.add(a.tensor)
-    return columns, rows
+    columns |= {t for t, (kind, _) in placed.items() if kind == "column"}
+    rows |= {t for t, (kind, _) in placed.items() if kind == "row"}
+    return columns - {t for t, (kind, _) in placed.items() if kind == "row"}, rows
 
 
 def _allocs(body: tuple[Node, ...], extents: dict[str, int]
@@ -296,17 +353,17 @@ def tile_slice(decl: BufferDecl, layout: Layout) -> str:
     row = view_row(decl, layout)
     if layout.column:
         return f"[{_tile_range(row, decl.shape[-1], EDGE)}, 0:1]"
-    return (f"[{_tile_range(row, decl.shape[-2], EDGE)}, "
-            f"{_tile_range(decl.origin[-1], decl.shape[-1], EDGE)}]")
+    return (f"[{_tile_range(row, decl.shape[len(layout.lead)], EDGE)}, "
+            f"{_tile_range(view_col(decl, layout), decl.shape[-1], EDGE)}]")
 
 
 def view_row(decl: BufferDecl, layout: Layout) -> Affine:
     """The first row of `decl`'s block in its tensor's 2-D view, in elements: each leading
     index times the rows of the matrices after it, plus the row within the matrix."""
     lead = len(layout.lead)
-    if any(size != 1 for size in decl.shape[:lead]):
-        raise EmitError(f"--emit ttlang: buffer {decl.name} holds {decl.shape[:lead]} of "
-                        f"{decl.tensor}'s leading (batch) dimensions; a tt-lang block here "
+    if any(size != 1 for size in layout.batch(decl.shape)):
+        raise EmitError(f"--emit ttlang: buffer {decl.name} holds {layout.batch(decl.shape)} "
+                        f"of {decl.tensor}'s leading (batch) dimensions; a tt-lang block here "
                         "holds one (the model's `tile` constraint)")
     row = decl.origin[lead]
     for axis, origin in enumerate(decl.origin[:lead]):
@@ -314,6 +371,19 @@ def view_row(decl: BufferDecl, layout: Layout) -> Affine:
         row = row + Affine(tuple((v, c * stride) for v, c in origin.terms),
                            origin.const * stride)
     return row
+
+
+def view_col(decl: BufferDecl, layout: Layout) -> Affine:
+    """The first column of `decl`'s block in its tensor's 2-D view, in elements: each batch
+    index between the row and the column index (`Layout.mid`) times the columns of the
+    matrices after it, plus the column within the matrix."""
+    col = decl.origin[-1]
+    first = len(layout.lead) + 1
+    for axis, origin in enumerate(decl.origin[first:first + len(layout.mid)]):
+        stride = math.prod(layout.mid[axis + 1:]) * layout.cols
+        col = col + Affine(tuple((v, c * stride) for v, c in origin.terms),
+                           origin.const * stride)
+    return col
 
 
 def _tile_range(origin: Affine, size: int, unit: int) -> str:
@@ -335,23 +405,23 @@ def block_shape(decl: BufferDecl, layout: Layout) -> tuple[int, int]:
         return 1, -(-decl.shape[0] // EDGE)
     if layout.vector or layout.column:
         return -(-decl.shape[-1] // (EDGE if layout.column else EDGE * EDGE)), 1
-    return decl.shape[-2] // EDGE, decl.shape[-1] // EDGE
+    return decl.shape[len(layout.lead)] // EDGE, decl.shape[-1] // EDGE
 
 
 def block_tile_count(decl: BufferDecl, layout: Layout) -> int:
     """Tiles one copy of the block moves (what the simulator counts)."""
     rows, cols = block_shape(decl, layout)
-    return rows * cols * math.prod(decl.shape[:len(layout.lead)])
+    return rows * cols * math.prod(layout.batch(decl.shape))
 
 
 def unbatched(stmt: Statement, lay: Mapping[str, Layout]) -> Statement:
     """The statement without the leading (batch, head) indices of its tensors: a block
     holds one of each (`view_row`), so its compute is the 2-D statement."""
     uses = [(stmt.target, stmt.indices), *((a.tensor, a.indices) for a in accesses(stmt.expr))]
-    batch = {d for t, ix in uses for d in ix[:len(lay[t].lead)]}
+    batch = {d for t, ix in uses for d in lay[t].batch(ix)}
     if not batch:
         return stmt
-    clash = sorted(batch & {d for t, ix in uses for d in ix[len(lay[t].lead):]})
+    clash = sorted(batch & {d for t, ix in uses for d in ix if d not in lay[t].batch(ix)})
     if clash:
         raise EmitError(f"--emit ttlang: statement {stmt.name} indexes a leading (batch) "
                         f"dimension of one tensor by {clash[0]}, which another tensor is "
@@ -398,11 +468,13 @@ def operation_source(program: Program, workload: Workload, kernel: Kernel,
              f"def {_ident(kernel.name)}({', '.join(tensors)}):"]
     lines += [f"{INDENT}# schedule: kernel {kernel.name}, grid {cols} cols x {rows} rows"]
     for name in tensors:
-        if lay[name].lead:
+        view = lay[name]
+        if view.lead or view.mid:
             shape = ctx.workload.tensors[name].shape
-            lines.append(f"{INDENT}# {name}{list(shape)} viewed as {lay[name].height} x "
-                         f"{lay[name].cols} (one block per leading index: rows "
-                         f"{'x'.join(map(str, lay[name].lead))} x {lay[name].rows})")
+            stacked = (f"rows {'x'.join(map(str, view.lead))} x {view.rows}" if view.lead
+                       else f"columns {'x'.join(map(str, view.mid))} x {view.cols}")
+            lines.append(f"{INDENT}# {name}{list(shape)} viewed as {view.height} x "
+                         f"{view.width} (one block per leading index: {stacked})")
     for name, decl in ctx.decls.items():
         dfbs = [(name, decl.buffers)]
         if name in ctx.rmw:
@@ -660,8 +732,8 @@ device = ttnn.open_device(device_id=0)
 
 
 def to_device(array, name):
-    rows, cols, vector, column, shape, lead, row = LAYOUT[name]
-    padded = torch.full((*lead, rows, cols), INIT.get(name, 0.0), dtype=torch.float32)
+    rows, cols, vector, column, shape, lead, row, mid = LAYOUT[name]
+    padded = torch.full((*lead, rows, *mid, cols), INIT.get(name, 0.0), dtype=torch.float32)
     data = torch.from_numpy(np.ascontiguousarray(array, dtype=np.float32))
     within = tuple(slice(0, n) for n in shape)  # the tensor in its padded matrices
     if vector:
@@ -674,14 +746,15 @@ def to_device(array, name):
         padded[0, 0] = data
     else:
         padded[within] = data
-    padded = padded.reshape(-1, cols)  # the 2-D view: leading indices stacked along rows
+    # the 2-D view: leading indices stacked along the rows, middle ones along the columns
+    padded = padded.reshape(-1, math.prod(mid) * cols)
     return ttnn.from_torch(padded.to(getattr(torch, DTYPES[name])),
                            dtype=getattr(ttnn, DTYPES[name]), layout=ttnn.TILE_LAYOUT,
                            device=device, memory_config=ttnn.DRAM_MEMORY_CONFIG)
 
 
 def from_device(tensor, name):
-    rows, cols, vector, column, shape, lead, row = LAYOUT[name]
+    rows, cols, vector, column, shape, lead, row, mid = LAYOUT[name]
     data = ttnn.to_torch(tensor).float().numpy()
     if vector:
         return data.reshape(-1)[:shape[0]]
@@ -689,7 +762,7 @@ def from_device(tensor, name):
         return data[0, :shape[0]]
     if not shape:
         return data[0, 0]
-    data = data.reshape(*lead, rows, cols)
+    data = data.reshape(*lead, rows, *mid, cols)
     within = tuple(slice(0, n) for n in shape)
     return data[within + (0,)] if column else data[within]
 
@@ -723,7 +796,7 @@ def check_padding(workload: Workload, lay: Mapping[str, Layout]) -> None:
             # reduced with the others
             size = layout.rows if layout.column else layout.cols if layout.row \
                 else layout.rows * layout.cols
-            if shape and size > math.prod(shape[len(layout.lead):]):
+            if shape and size > math.prod(shape) // math.prod(layout.batch(shape)):
                 raise EmitError(f"--emit ttlang: statement {stmt.name} reduces {name}, "
                                 f"which is padded to whole blocks ({shape} -> "
                                 f"{layout.rows}x{layout.cols}); not emitted for tt-lang "
@@ -748,10 +821,10 @@ def program_source(program: Program, workload: Workload, accumulator_blocks: int
     check_padding(workload, lay)
     head = [f"# generated by synth: {program.workload} on {program.hardware}, "
             f"{len(program.kernels)} tt-lang operation(s); run with tt-lang-sim program.py",
-            "import json  # noqa: F401", "from pathlib import Path", "",
+            "import json  # noqa: F401", "import math", "from pathlib import Path", "",
             "import numpy as np", "import torch", "import ttnn", "", "import ttl", ""]
     layout = {n: (v.rows, v.cols, v.vector, v.column, workload.tensors[n].shape, v.lead,
-                  v.row) for n, v in lay.items()}
+                  v.row, v.mid) for n, v in lay.items()}
     head += [f"LAYOUT = {layout!r}",
              f"DTYPES = { {n: TORCH_DTYPES[t.dtype.value] for n, t in workload.tensors.items()}!r}",
              f"INPUTS = {[t.name for t in workload.inputs]!r}",
