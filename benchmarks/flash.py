@@ -2,7 +2,9 @@
 
     python benchmarks/flash.py [--sizes 512 1024 2048 4096] [--head-dim 64]
                                [--hardware cpu upmem aie wormhole blackhole]
-                               [--time-limit 60] [--emit-c-at 2048] [--json PATH]
+                               [--time-limit 60] [--emit-c-at 2048 [--fix VAR=INT ...]
+                               [--hw-set KEY=VALUE ...] [--cores 1] [--runs 7]]
+                               [--json PATH]
 
 For each hardware model and sequence length S, `synth solve attention --set S=.. --set
 D=..` runs twice in a child process (without validation: the model's verdict is what is
@@ -11,10 +13,13 @@ every online candidate kernel). On the tiled models (wormhole, blackhole) the gr
 `online.ttlang` (tt-lang cannot emit the rewrite yet) is dropped: the table shows what
 the cost model would choose there. The table gives both modelled costs, their ratio
 (forbidden / free: above 1 where the rewrite pays), which kernels the free schedule
-runs online, and the solve times. With `--emit-c-at S`, the free schedule on `cpu` at
-that length is also emitted as C, checked against the reference and timed against
-NumPy's attention (the load average beside it: the machine may be shared). Exit code 0
-even when a run fails (a measurement tool); a bad command line exits 2.
+runs online, and the solve times. With `--emit-c-at S`, the schedule on `cpu` at that
+length (free, or with `--fix`es) is also emitted as C, checked against the reference and
+timed side by side with NumPy's attention in one child process, `--cores` threads each
+(OpenMP and OpenBLAS): `--runs` rounds of one call of each, medians of the wall clock and
+of the calling thread's CPU time (one thread's work when the C runs one: the load of a
+shared machine does not count), the load average beside them. Exit code 0 even when a
+run fails (a measurement tool); a bad command line exits 2.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 import sys
 import tempfile
 from typing import Any
@@ -81,17 +87,86 @@ def point(hw: str, size: int, head: int, time_limit: float) -> dict[str, Any]:
     }
 
 
-def emitted_c(size: int, head: int, time_limit: float) -> dict[str, Any]:
-    """The free schedule on cpu at S=`size`, emitted as C, checked and timed."""
+def emitted_c(size: int, head: int, time_limit: float, fixes: list[str], cores: int,
+              runs: int, hw_set: list[str]) -> dict[str, Any]:
+    """The schedule on cpu at S=`size` (free, or with `fixes`), emitted as C, checked
+    against the reference and timed side by side with NumPy's attention in one child
+    process with `cores` threads each (OpenMP and OpenBLAS)."""
+    env = dict(os.environ, OPENBLAS_NUM_THREADS=str(cores), OMP_NUM_THREADS=str(cores))
+    args = [sys.executable, __file__, "--measure-child", json.dumps(
+        {"S": size, "D": head, "time_limit": time_limit, "fixes": fixes, "cores": cores,
+         "runs": runs, "hw_set": hw_set})]
+    proc = subprocess.run(args, capture_output=True, text=True, env=env)
+    try:
+        return dict(json.loads(proc.stdout.strip().splitlines()[-1]))
+    except (json.JSONDecodeError, IndexError):
+        return {"S": size, "D": head, "error": (proc.stdout + proc.stderr)[-2000:]}
+
+
+def measure_child(spec: dict[str, Any]) -> dict[str, Any]:
+    """In the child: solve, materialise, emit, build, check, then `runs` rounds of one
+    call of the emitted C and one of NumPy's attention (`synth.numpy_eval`), each timed
+    by the wall clock and by this thread's CPU time (the work of one thread when the C
+    runs one: a shared machine's load does not count), medians."""
+    import ctypes
+    import statistics
+    import time
+    from pathlib import Path
+
+    import numpy as np
+
+    from synth import numpy_eval
+    from synth.constraints import cpsat
+    from synth.emit.c import LIBRARY, emit_c
+    from synth.emit.c_check import _compare, build
+    from synth.ir.materialize import materialize
+    from synth.pipeline import encode
+    from synth.reference import compare, evaluate_errors, make_inputs
+
+    workload = load_workload("attention", {"S": spec["S"], "D": spec["D"]})
+    hw = load_hardware("cpu", (f"core.count=1..{spec['cores']}", *spec["hw_set"]))
+    model = encode(workload, hw, fixes=spec["fixes"])
+    start = time.perf_counter()
+    result = cpsat.solve(model.constraints, spec["time_limit"])
+    solve_s = time.perf_counter() - start
+    if result.env is None:
+        return {**spec, "status": str(result.status), "error": "no schedule"}
+    env = result.env
+    program = materialize(model, env)
+    inputs = make_inputs(workload)
+    expected, bounds = evaluate_errors(workload, inputs)
     with tempfile.TemporaryDirectory() as out:
-        run = solve(["attention", "--hw", "cpu", "--set", f"S={size}", "--set",
-                     f"D={head}", "--time-limit", str(time_limit), "--emit", "c",
-                     "--out", out])
-    c = (run.get("emitted") or {}).get("c") or {}
-    return {"S": size, "D": head, "status": run.get("status"), "online": chosen_online(run),
-            "passed": c.get("passed"), "run_s": c.get("run_s"), "numpy_s": c.get("numpy_s"),
-            "speedup_vs_numpy": c.get("speedup_vs_numpy"), "threads": c.get("threads"),
-            "load": os.getloadavg()[0], "error": run.get("error")}
+        emit_c(program, workload, hw, out, inputs, expected, bounds)
+        built, log = build(Path(out))
+        if not built:
+            return {**spec, "error": log[-2000:]}
+        tensors = {name: (np.ascontiguousarray(inputs[name]) if name in inputs
+                          else np.zeros(t.shape, dtype=t.dtype.numpy))
+                   for name, t in workload.tensors.items()}
+        lib = ctypes.CDLL(str(Path(out, LIBRARY).resolve()))
+        pointers = (ctypes.c_void_p * len(tensors))(*(a.ctypes.data for a in tensors.values()))
+        lib.synth_run(pointers)
+        errors, _ = _compare(workload, tensors, Path(out), compare)
+        times: dict[str, list[float]] = {k: [] for k in ("c_wall", "c_cpu", "np_wall", "np_cpu")}
+        numpy_eval.evaluate(workload, inputs)  # warm-up
+        for _ in range(spec["runs"]):
+            for name, call in (("c", lambda: lib.synth_run(pointers)),
+                               ("np", lambda: numpy_eval.evaluate(workload, inputs))):
+                wall, cpu = time.perf_counter(), time.thread_time()
+                call()
+                times[f"{name}_cpu"].append(time.thread_time() - cpu)
+                times[f"{name}_wall"].append(time.perf_counter() - wall)
+        threads = int(lib.synth_threads())
+    median = {k: statistics.median(v) * 1e3 for k, v in times.items()}
+    kernels = {k.name for k in program.kernels}
+    tiles = {k: v for k, v in env.items() if v != 1 and k.count(".") == 2
+             and k.split(".")[1] in kernels and k.split(".")[0] != "ext"}
+    return {**spec, "status": str(result.status), "objective_ms": (
+        result.objective / 1e9 if result.objective is not None else None),
+        "solve_s": solve_s, "online": chosen_online({"variables": dict(env)}),
+        "tiles": tiles, "passed": all(ok for ok, _, _ in errors.values()),
+        "threads": threads, **{f"{k}_ms": v for k, v in median.items()},
+        "load": os.getloadavg()[0]}
 
 
 def _ms(ps: int | None) -> str:
@@ -119,8 +194,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hardware", nargs="+", default=list(HARDWARE))
     parser.add_argument("--time-limit", type=float, default=60.0)
     parser.add_argument("--emit-c-at", type=int, default=None)
+    parser.add_argument("--fix", action="append", default=[],
+                        help="with --emit-c-at: a --fix of the emitted schedule")
+    parser.add_argument("--hw-set", action="append", default=[],
+                        help="with --emit-c-at: a --hw-set of the cpu model")
+    parser.add_argument("--cores", type=int, default=1,
+                        help="with --emit-c-at: threads of the C and of NumPy's BLAS")
+    parser.add_argument("--runs", type=int, default=7, help="with --emit-c-at: rounds")
     parser.add_argument("--json", default=None, help="also write the rows to this file")
+    parser.add_argument("--measure-child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.measure_child:
+        print(json.dumps(measure_child(json.loads(args.measure_child))))
+        return 0
     rows = []
     for hw in args.hardware:
         for size in args.sizes:
@@ -129,13 +215,18 @@ def main(argv: list[str] | None = None) -> int:
     print(table(rows))
     report: dict[str, Any] = {"rows": rows}
     if args.emit_c_at:
-        report["c"] = emitted_c(args.emit_c_at, args.head_dim, args.time_limit)
+        report["c"] = emitted_c(args.emit_c_at, args.head_dim, args.time_limit, args.fix,
+                                args.cores, args.runs, args.hw_set)
         c = report["c"]
-        speed = c["speedup_vs_numpy"]
-        print(f"\ncpu, S={c['S']} D={c['D']}: online kernels {c['online'] or '-'}, C check "
-              f"{c['passed']}, {c['run_s']} s per run vs NumPy {c['numpy_s']} s: "
-              f"{'-' if speed is None else f'{speed:.2f}x'} NumPy's speed "
-              f"(load {c['load']:.1f})")
+        print(f"\n{json.dumps(c)}")
+        if "c_cpu_ms" in c:
+            print(f"\ncpu, S={c['S']} D={c['D']}, {c['threads']} thread(s), online kernels "
+                  f"{c['online'] or '-'}, tiles {c['tiles']}, check passed {c['passed']}: "
+                  f"C {c['c_wall_ms']:.2f} ms wall / {c['c_cpu_ms']:.2f} ms thread CPU, "
+                  f"NumPy {c['np_wall_ms']:.2f} / {c['np_cpu_ms']:.2f} ms: "
+                  f"{c['np_wall_ms'] / c['c_wall_ms']:.2f}x / "
+                  f"{c['np_cpu_ms'] / c['c_cpu_ms']:.2f}x NumPy's speed "
+                  f"(medians of {c['runs']}, load {c['load']:.1f})")
     if args.json:
         with open(args.json, "w") as out:
             json.dump(report, out, indent=1)

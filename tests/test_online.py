@@ -20,7 +20,7 @@ from synth.constraints.space import candidate_kernels
 from synth.emit.c import emit_c
 from synth.emit.c_check import check_c
 from synth.ir.interpret import interpret
-from synth.ir.nodes import Compute, Rescale, Running, walk
+from synth.ir.nodes import Alloc, Compute, Rescale, Running, walk
 from synth.ir.online import OnlineEmitError, refuse_online
 from synth.ir.printer import print_program
 from synth.ir.prove import prove
@@ -174,6 +174,25 @@ def test_the_cpu_model_blocks_the_rows_of_an_online_step() -> None:
     tile = dict(zip(step.dims, step.tile, strict=True))
     assert tile["i"] > 1 and tile["j"] > 1 and tile["d"] == 64
     assert 4 * (tile["i"] * 64 + tile["j"] * 64) > built.hw.memories[-1].usable
+
+
+def test_key_and_value_blocks_stream_through_a_cache_too_small_for_them(
+        tmp_path: Path) -> None:
+    """K and V (128 KiB here) do not fit a 64 KiB L2: they stream through it a step's
+    block at a time (`online_terms.streamed`), so the fused online kernel still has a
+    schedule; the verifier and the prover count the same blocks, and the C matches."""
+    case = Case.of("attention", "cpu", {"S": 256, "D": 64}, (*TWO_CORES, "l2.capacity=64KiB"))
+    built, program = forced(case, "online.s_m_p_l_o_O=1")
+    views = {n.buffer.tensor: n.buffer for k in program.kernels for n in walk(k.body)
+             if isinstance(n, Alloc) and n.buffer.memory == "l2"}
+    assert 4 * (views["K"].shape[0] + views["V"].shape[0]) * 64 > 64 * 1024
+    verify(program, built.workload, built.hw)
+    assert prove(program, built.workload, built.hw).proved
+    inputs = _large("attention", {"S": 256, "D": 64})
+    expected, bounds = evaluate_errors(built.workload, inputs)
+    emit_c(program, built.workload, built.hw, tmp_path, inputs, expected, bounds)
+    check = check_c(tmp_path, time_runs=False)
+    assert check.passed, check.log[-3000:]
 
 
 def test_a_wrong_rescale_is_caught_by_validation() -> None:

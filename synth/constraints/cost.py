@@ -509,8 +509,7 @@ def capacity_constraints(kt: KernelTerms, workload: Workload) -> list[NamedConst
         copies = ex.mul(*(kt.units(s) for s in kt.spatial_between(instance,
                                                                    kt.slots[slot].level_index)))
         buffers = kt.buffered.get(slot, ex.ONE)  # moving tiles are double buffered
-        used = ex.add(*(ex.mul(buffer_bytes(kt, use, mem, slot,
-                                            element_bytes(kt, workload, use, mem)),
+        used = ex.add(*(ex.mul(_resident_bytes(kt, workload, use, mem, slot),
                                ex.ONE if use.local else buffers)
                         for use in kt.resident(slot)))
         shared = device_combine_capacity(kt, workload, mem)  # one per instance
@@ -525,6 +524,16 @@ def capacity_constraints(kt: KernelTerms, workload: Workload) -> list[NamedConst
             f"kernel {kt.kernel.name}: tiles in one {mem.name} fit {usable} bytes",
             ex.Cmp(ex.add(ex.mul(copies, used), *shared), "<=", ex.const(usable))))
     return out
+
+
+def _resident_bytes(kt: KernelTerms, workload: Workload, use: TensorUse, mem: Memory,
+                    slot: int) -> ex.Int:
+    itemsize = element_bytes(kt, workload, use, mem)
+    if kt.kernel.online is not None:
+        from synth.constraints.online_terms import stream_bytes, streamed
+        if streamed(kt, use, slot):  # an online step's operand streaming through a cache
+            return stream_bytes(kt, use, mem, itemsize)
+    return buffer_bytes(kt, use, mem, slot, itemsize)
 
 
 def transfer_rule_constraints(kt: KernelTerms, workload: Workload) -> list[NamedConstraint]:
@@ -1008,10 +1017,20 @@ def transfer_cost(kt: KernelTerms, workload: Workload, mem: Memory, slot: int) -
     shared = kt.hw.level_index(mem.shared_by)
     serial = ex.mul(*(kt.units(s) for s in kt.spatial_between(shared,
                                                               kt.slots[slot].level_index)))
-    total = [ex.select(exchanged_on_device(kt, use, slot), 0, tensor_transfer_cost(
-                 kt, use, mem, slot, element_bytes(kt, workload, use, mem, moving=True)))
+    total = [ex.select(exchanged_on_device(kt, use, slot), 0, _moves(kt, workload, use, mem,
+                                                                      slot))
              for use in kt.moving()]
     return ex.scale(ex.add(*total), serial)
+
+
+def _moves(kt: KernelTerms, workload: Workload, use: TensorUse, mem: Memory, slot: int
+           ) -> ex.Int:
+    itemsize = element_bytes(kt, workload, use, mem, moving=True)
+    if kt.kernel.online is not None:
+        from synth.constraints.online_terms import stream_cost, streamed
+        if streamed(kt, use, slot):  # an online step's operand streaming through a cache
+            return stream_cost(kt, use, mem, itemsize)
+    return tensor_transfer_cost(kt, use, mem, slot, itemsize)
 
 
 def element_bytes(kt: KernelTerms, workload: Workload, use: TensorUse, mem: Memory,

@@ -20,9 +20,14 @@ from collections.abc import Mapping
 
 from synth.constraints import expr as ex
 from synth.constraints import roofline
-from synth.constraints.cost import KernelTerms, tensor_transfer_cost, transfer_count
+from synth.constraints.cost import (
+    KernelTerms,
+    buffer_bytes,
+    tensor_transfer_cost,
+    transfer_count,
+)
 from synth.constraints.online import step_vector, transposed_operand
-from synth.constraints.space import NamedConstraint, SlotKind
+from synth.constraints.space import NamedConstraint, SlotKind, TensorUse
 from synth.hardware import Memory
 from synth.vectors import vectorisable
 from synth.workload import Num, Statement, Workload
@@ -181,3 +186,30 @@ def step_copies(kt: KernelTerms, workload: Workload) -> list[ex.Int]:
         out.append(ex.mul(element, transfer_count(kt, use, innermost),
                           *(kt.tile(d, innermost) for d in use.indices)))
     return out
+
+
+def streamed(kt: KernelTerms, use: TensorUse, slot: int) -> bool:
+    """Whether `use` streams through the cache at `slot` (not the innermost memory) of an
+    online kernel on a CPU: a pass operand (K, V: indexed by the pass dimension, by no
+    row) is walked a step's block at a time by every row block, so such a cache holds
+    one step's block of it (not the whole pass: attention's K and V at S = 4096 take the
+    whole 2 MiB L2 of a core, so the model found no fused schedule there) and it moves
+    into that cache with every step (`stream_cost`), as into the step's arrays."""
+    plan = kt.kernel.online
+    if not step_in_cache(kt) or plan is None or slot == len(kt.slots) - 1:
+        return False
+    mem = kt.hw.memory(kt.slots[slot].name)
+    return (mem.cache and plan.dim in use.indices
+            and not set(plan.rows) & set(use.indices))
+
+
+def stream_bytes(kt: KernelTerms, use: TensorUse, mem: Memory, itemsize: int) -> ex.Int:
+    """Bytes a streamed operand takes in a cache: one step's block."""
+    return buffer_bytes(kt, use, mem, len(kt.slots) - 1, itemsize)
+
+
+def stream_cost(kt: KernelTerms, use: TensorUse, mem: Memory, itemsize: int) -> ex.Int:
+    """A streamed operand's moves into a cache: a step's block per step of every row
+    block, at the cache's rate (it is not kept across row blocks)."""
+    return tensor_transfer_cost(kt, use, dataclasses.replace(mem, cache=False),
+                                len(kt.slots) - 1, itemsize)

@@ -133,3 +133,25 @@ def usable(kernel: Kernel, hw: Hardware, memory: str) -> int:
         return mem.usable
     outside = [m for m in hw.memories[:-1] if m.level == mem.level]
     return outside[-1].usable if outside else mem.usable
+
+
+def counted(kernel: Kernel, hw: Hardware, buf: BufferDecl) -> BufferDecl:
+    """The tile `buf` takes in its memory's capacity: itself, or for a pass operand of an
+    online kernel on a CPU in a cache outside the step (K, V: indexed by the pass
+    dimension, by no row), one step's block of it, the tile of the same tensor in the
+    innermost memory (it streams through the cache: `online_terms.streamed`)."""
+    if not step_in_cache(kernel, hw) or not hw.memory(buf.memory).cache \
+            or buf.memory == hw.memories[-1].name:
+        return buf
+    nodes = list(walk(kernel.body))
+    running = next((n for n in nodes if isinstance(n, Running)), None)
+    allocs = [n.buffer for n in nodes if isinstance(n, Alloc)]
+    step = {d.tensor: d for d in allocs if d.memory == hw.memories[-1].name}
+    if running is None or buf.tensor not in step:
+        return buf
+    rows = set(next(d.dims for d in allocs if d.name == running.running))
+    passed = {d for n in nodes if isinstance(n, Compute) and n.statement == running.statement
+              for d in n.dims} - rows
+    if passed & set(buf.dims) and not rows & set(buf.dims):
+        return step[buf.tensor]
+    return buf

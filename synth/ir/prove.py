@@ -334,6 +334,7 @@ class _Prover:
         self.name = kernel.name
         self.vector = kernel_vector(kernel, self.workload)
         self.plain = online.step_in_cache(kernel, self.hw)  # an online step's C arrays
+        self.current = kernel
         self.dims = self._kernel_dims(kernel)
         self.loop_extent = {v: self._loop_extent(v) for v in _loops(kernel.body)}
         self.extents = {v.name: extent for v, extent in self.loop_extent.items()}
@@ -603,9 +604,11 @@ class _Prover:
         for extent in varying:
             copies = copies * extent
         self.usage.setdefault(buf.memory, []).append(
-            (buf.name, copies, buffer_bytes(buf, self.hw.memory(buf.memory),
-                                            buf.dtype.itemsize if self.plain else
-                                            element_bytes(buf, self.hw, self.vector))))
+            (buf.name, copies, buffer_bytes(
+                online.counted(self.current, self.hw, buf) if self.plain else buf,
+                self.hw.memory(buf.memory),
+                buf.dtype.itemsize if self.plain else element_bytes(buf, self.hw,
+                                                                    self.vector))))
 
     def _capacity(self, kernel: Kernel, memory: str, tiles: list[tuple[str, Term, int]]
                   ) -> None:

@@ -199,7 +199,8 @@ class KernelCheck:
         copies = instance_copies(buf, scope.loops, self.hw,
                                  lambda loop: _extent_of(self.kernel, loop))
         self.usage[buf.memory] = self.usage.get(buf.memory, 0) + copies * \
-            buffer_bytes(buf, self.hw.memory(buf.memory), buf.dtype.itemsize if self.plain
+            buffer_bytes(online.counted(self.kernel, self.hw, buf) if self.plain else buf,
+                         self.hw.memory(buf.memory), buf.dtype.itemsize if self.plain
                          else element_bytes(buf, self.hw, kernel_vector(self.kernel,
                                                                         self.workload)))
 
