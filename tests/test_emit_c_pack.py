@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from conftest import Case, build, optimal_program
 from test_emit_c import assert_passes, emit_and_check, sanitized
+from test_emit_c_region import fixed
 
 from synth.emit import c_pack
 from synth.emit.c import KernelWriter, ProgramWriter
@@ -103,15 +104,19 @@ def test_unpacked_code_still_matches(tmp_path: Path, monkeypatch: pytest.MonkeyP
     assert_passes(emit_and_check(program, build(case).workload, tmp_path))
     assert "pack_" not in (tmp_path / "kernels.c").read_text()
 
+# attention's online candidates (its kernels read K into the step's arrays, not panels)
+ONLINE_ATTENTION = ("m_p_l_o", "m_p_l_o_O", "s_m_p_l_o", "s_m_p_l_o_O")
+
 
 def test_a_gathered_operand_is_packed_contiguous_along_the_vector(tmp_path: Path) -> None:
     """attention's K[j, d] is vectorised along j, not its last axis: packed in panels of
-    j, its register tiles load whole vectors (no lane-by-lane gather)."""
+    j, its register tiles load whole vectors (no lane-by-lane gather). Without the
+    online rewrite (its kernels read K into the step's arrays, not packed panels)."""
     case = Case.of("attention", "cpu", {"S": 48, "D": 16})
-    program = optimal_program(case)
+    built, program = fixed(case, *(f"online.{k}=0" for k in ONLINE_ATTENTION))
     found = [p for p in packs(case, program).values() if p.decl.tensor == "K"]
     assert found and found[0].free == ("j",)
-    assert_passes(emit_and_check(program, build(case).workload, tmp_path))
+    assert_passes(emit_and_check(program, built.workload, tmp_path))
     source = (tmp_path / "kernels.c").read_text()
     assert re.search(r"K_reg\w*\[[^\]]*\] = vload_f32\(&K_l2", source)
 
@@ -131,3 +136,14 @@ def test_a_matrix_vector_products_matrix_is_not_packed() -> None:
     packing would only copy it."""
     case = Case.of("mv", "cpu", {"M": 63, "N": 100})
     assert not packs(case, optimal_program(case))
+
+
+def test_a_packed_tile_is_packed_again_only_when_its_origin_moves(tmp_path: Path) -> None:
+    """A's L2 tile does not move along n: over the L3 steps along n its pack is reused
+    (each instance keeps the origin it holds), and the result still matches."""
+    case = Case.of("matmul", "cpu", {"M": 96, "N": 64, "K": 40})
+    built, program = fixed(case, "S.C#1_C#2.n=2")
+    assert_passes(emit_and_check(program, built.workload, tmp_path))
+    source = (tmp_path / "kernels.c").read_text()
+    assert re.search(r"if \(A_l2_at\[[^\]]*\] != ", source), source
+    assert re.search(r"int64_t A_l2_at\[\d+\];", source)
