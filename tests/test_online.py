@@ -246,11 +246,10 @@ def test_tt_lang_models_leave_out_the_rewrite_tt_lang_cannot_emit() -> None:
             "--no-validate", "--json"]
     kept = json.loads(runner.invoke(app, args).stdout)
     assert not any(v == 1 for n, v in kept["variables"].items() if n.startswith("online."))
-    # without the group an online kernel may be chosen, and the model prices it cheaper
-    # (forced here: the free solve searches the covers without online kernels first and
-    # takes minutes to reach it)
-    forced = [*args, "--drop", "online.ttlang", "--fix", "online.s_m_p_l_o_O=1"]
-    dropped = json.loads(runner.invoke(app, forced).stdout)
+    # without the group the model chooses the online kernel (the free solve: with the
+    # online covers ordered last it took 215 s to reach it, now ~2 s)
+    dropped = json.loads(runner.invoke(app, [*args, "--drop", "online.ttlang"]).stdout)
+    assert dropped["status"] == "optimal"
     assert dropped["variables"]["online.s_m_p_l_o_O"] == 1
     assert dropped["solver"]["objective"] < kept["solver"]["objective"]
     refused = runner.invoke(app, [*args, "--fix", "online.s_m_p_l_o_O=1"])

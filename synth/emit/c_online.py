@@ -238,7 +238,7 @@ def outer_product(kw: KernelWriter, code: Code, node: Compute, stmt: Statement,
     block = max(c for c in range(1, min(chunks, 8) + 1) if chunks % c == 0)
     rows = [d for d in stmt.indices if d != j]
     row = rows[-1] if rows else None
-    rb = max((r for r in range(1, 5) if row and tile[row] % r == 0
+    rb = max((r for r in range(1, 9) if row and tile[row] % r == 0
               and r * block <= ACCUMULATORS), default=1) if row else 1
     target = kw.locals[node.out]
     reduced = [d for d in stmt.reduced]
