@@ -606,6 +606,8 @@ class KernelWriter:
             return  # between views: the caches move the lines
         if not load and local_name in self.pending:
             self.fold(code, local_name)
+        if load and online_streams(self, local_name):  # read where it lies (c_online)
+            return
         root = self.root_of(other)
         decl = local.decl
         full = self.full(decl.dims, decl.origin, decl.shape)
@@ -875,6 +877,11 @@ def online_kernel(kernel: Kernel) -> bool:
     no packing (which would copy the cache tiles again every pass)."""
     from synth.ir.online import is_online
     return is_online(kernel)
+
+
+def online_streams(kw: KernelWriter, buffer: str) -> bool:
+    from synth.emit import c_online  # the online rewrite's statements (its own module)
+    return c_online.streams(kw, buffer)
 
 
 def online_compute(kw: KernelWriter, code: Code, node: Compute, stmt: Statement) -> bool:

@@ -16,12 +16,12 @@ scores, along j for the rest, over the step's plain row-major arrays.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from synth.constraints.online import step_vector, transposed_operand
 from synth.emit.cstyle import Typed
-from synth.ir.nodes import Compute, Rescale, Running
+from synth.ir.nodes import Affine, Compute, Loop, Rescale, Running, walk
 from synth.ir.online import is_online
 from synth.vectors import contraction, vectorisable
 from synth.workload import Access, Statement
@@ -104,22 +104,15 @@ def compute(kw: KernelWriter, code: Code, node: Compute, stmt: Statement) -> boo
     ragged edge tile, no dimension qualifies)."""
     if not is_online(kw.kernel):
         return False
-    direct = _along_target(kw, node, stmt)
-    if direct is not None:
-        outer_product(kw, code, node, stmt, direct, transpose=False)
+    product = _outer(kw, node, stmt)
+    if product is not None:
+        outer_product(kw, code, node, stmt, *product)
         return True
-    dtypes = {n: t.dtype for n, t in kw.w.workload.tensors.items()}
-    along = step_vector(stmt, kw.vector, vectorisable(stmt, dtypes))
-    tile = dict(zip(node.dims, node.tile, strict=True))
-    tiles = [kw.locals[n] for n in (node.out, *node.operands.values())]
-    if (along is None or tile[along] % kw.lanes or kw.full(node.dims, node.origin, node.tile)
-            or any(t.vector is not None or t.splat for t in tiles)):
+    along = _step_dim(kw, node, stmt)
+    if along is None:
         return False
     suffix = "f32" if stmt.dtype.is_float else "i32"
-    moved = transposed_operand(stmt)
-    if moved is not None:
-        outer_product(kw, code, node, stmt, moved, transpose=True)
-        return True
+    tile = dict(zip(node.dims, node.tile, strict=True))
     target = kw.locals[node.out]
     chunks = tile[along] // kw.lanes
     outer = [d for d in stmt.indices if d != along]
@@ -175,20 +168,96 @@ def compute(kw: KernelWriter, code: Code, node: Compute, stmt: Statement) -> boo
 ACCUMULATORS = 24  # vector registers a micro-kernel keeps its accumulators in (of 32)
 
 
+def _whole(kw: KernelWriter, dims: Sequence[str], origin: Sequence[Affine],
+           tile: Sequence[int]) -> bool:
+    """Whether every tile of these (a compute's or a buffer's) lies inside the tensors:
+    the C emitter's `full` over all the kernel's loops, so that it says the same at a
+    load as at the computes further in."""
+    loops = {n.var.name: n.var.extent for n in walk(kw.kernel.body) if isinstance(n, Loop)}
+    return all(start.max_value(loops) + size <= kw.extents[dim]
+               for dim, start, size in zip(dims, origin, tile, strict=True))
+
+
+def _local(kw: KernelWriter, buffer: str) -> Local:
+    """The innermost tile `buffer` as the C emitter lays it out (also before its
+    allocation is written: `streams` asks at the loads)."""
+    return kw.locals.get(buffer) or kw.local(kw.decls[buffer])
+
+
+def _step_dim(kw: KernelWriter, node: Compute, stmt: Statement) -> str | None:
+    """The step vector dimension `node` runs along here (whole tiles, plain arrays)."""
+    dtypes = {n: t.dtype for n, t in kw.w.workload.tensors.items()}
+    along = step_vector(stmt, kw.vector, vectorisable(stmt, dtypes))
+    tile = dict(zip(node.dims, node.tile, strict=True))
+    tiles = [_local(kw, n) for n in (node.out, *node.operands.values())]
+    if along is None or tile[along] % kw.lanes or any(
+            t.vector is not None or t.splat for t in tiles):
+        return None
+    if not _whole(kw, node.dims, node.origin, node.tile):
+        return None
+    return along
+
+
+def _outer(kw: KernelWriter, node: Compute, stmt: Statement) -> tuple[Access, bool] | None:
+    """The operand B of a contraction of an online step that runs as an outer product
+    (`outer_product`) and whether B's tile is read transposed; None when it does not."""
+    if not is_online(kw.kernel):
+        return None
+    along = _along_target(kw, node, stmt)
+    if along is not None:
+        return along, False
+    moved = transposed_operand(stmt)
+    if moved is None or _step_dim(kw, node, stmt) is None:
+        return None
+    return moved, True
+
+
+def streams(kw: KernelWriter, buffer: str) -> bool:
+    """Whether the innermost tile `buffer` of an online kernel is read where it lies (in
+    the tensor, through the caches) rather than copied into the step's array: a tile of
+    a tensor the kernel does not write, whole, read only by outer products as their
+    operand B (K and V of attention: the copies were a quarter of the step's time)."""
+    decl = kw.decls[buffer]
+    if (decl.memory != kw.innermost or buffer not in kw.locals or not is_online(kw.kernel)
+            or not _whole(kw, decl.dims, decl.origin, decl.shape)):
+        return False
+    readers = [n for n in walk(kw.kernel.body) if isinstance(n, Compute)
+               and buffer in n.operands.values()]
+    if not readers or any(n.out == buffer for n in walk(kw.kernel.body)
+                          if isinstance(n, Compute)):
+        return False
+    for node in readers:
+        product = _outer(kw, node, kw.w.workload.statement(node.statement))
+        if product is None or node.operands[product[0].tensor] != buffer:
+            return False
+    return True
+
+
+def _source(kw: KernelWriter, buffer: str, index: dict[str, str]) -> str:
+    """The element of innermost tile `buffer` at tile offsets `index`: in the step's
+    array, or where it lies when it `streams`."""
+    local = kw.locals[buffer]
+    if not streams(kw, buffer):
+        return local.scalar(index)
+    decl = local.decl
+    return kw.address(kw.root_of(buffer), [kw.offset(decl, i, index[d])
+                                           for i, d in enumerate(decl.dims)])
+
+
 def _along_target(kw: KernelWriter, node: Compute, stmt: Statement) -> Access | None:
     """The operand B of a contraction `T[.., r, e] += A[.., r, ..] * B[.., e]` along the
     kernel's vector dimension e (attention's `o += p * V`), when it runs as a
     register-blocked outer product: T's and B's tiles vectors along e, whole tiles."""
     found = contraction(stmt)
     e = kw.vector
-    if found is None or not stmt.indices or stmt.indices[-1] != e or kw.full(
-            node.dims, node.origin, node.tile):
+    if found is None or not stmt.indices or stmt.indices[-1] != e or not _whole(
+            kw, node.dims, node.origin, node.tile):
         return None
     having = [a for a in found if e in a.indices]
     if len(having) != 1 or having[0].indices[-1] != e or (
             len(stmt.indices) > 1 and stmt.indices[-2] in having[0].indices):
         return None
-    tiles = (kw.locals[node.out], kw.locals[node.operands[having[0].tensor]])
+    tiles = (_local(kw, node.out), _local(kw, node.operands[having[0].tensor]))
     if any(t.vector != e for t in tiles) or stmt.dtype.is_float is False:
         return None
     return having[0]
@@ -207,7 +276,7 @@ def outer_product(kw: KernelWriter, code: Code, node: Compute, stmt: Statement,
     other = found[0] if found[1] is moved else found[1]
     tile = dict(zip(node.dims, node.tile, strict=True))
     lanes, j = kw.lanes, stmt.indices[-1]
-    source = kw.locals[node.operands[moved.tensor]]
+    buffer = node.operands[moved.tensor]
     dims = [d for d in moved.indices if d != j] + [j]
     name = kw.w.names(f"t:{kw.kernel.name}:{node.statement}:{len(code.lines)}", "t_")
 
@@ -219,7 +288,7 @@ def outer_product(kw: KernelWriter, code: Code, node: Compute, stmt: Statement,
 
     def operand(index: dict[str, str]) -> str:
         if not transpose:
-            return f"&{source.scalar({d: index[d] for d in moved.indices})}"
+            return f"&{_source(kw, buffer, {d: index[d] for d in moved.indices})}"
         return f"&{name}[{flat(index)}]"
 
     if transpose:
@@ -229,9 +298,9 @@ def outer_product(kw: KernelWriter, code: Code, node: Compute, stmt: Statement,
         last = moved.indices[-1]
         if tile[last] % lanes or tile[j] % lanes or suffix != "f32":
             with kw.tile_loops(code, moved.indices, [tile[d] for d in moved.indices]) as at:
-                code(f"{name}[{flat(at)}] = {source.scalar(at)};")
+                code(f"{name}[{flat(at)}] = {_source(kw, buffer, at)};")
         else:
-            _transpose_blocks(kw, code, moved, source, tile, flat, name, j)
+            _transpose_blocks(kw, code, moved, buffer, tile, flat, name, j)
     else:
         code.comment(f"an outer product in vectors along {j}, accumulators in registers")
     chunks = tile[j] // lanes
@@ -272,7 +341,7 @@ def outer_product(kw: KernelWriter, code: Code, node: Compute, stmt: Statement,
                 code(f"vstore_{suffix}(&{target.scalar(at_row(r, c))}, a_[{r}][{c}]);")
 
 
-def _transpose_blocks(kw: KernelWriter, code: Code, moved: Access, source: Local,
+def _transpose_blocks(kw: KernelWriter, code: Code, moved: Access, buffer: str,
                       tile: dict[str, int], flat: Callable[[dict[str, str]], str],
                       name: str, j: str) -> None:
     """`moved`'s tile into `name` with j last, in square blocks of one vector's lanes:
@@ -290,7 +359,7 @@ def _transpose_blocks(kw: KernelWriter, code: Code, moved: Access, source: Local
 
         for r in range(lanes):
             where = element(f"{at[j]} * {lanes} + {r}", f"{at[last]} * {lanes}")
-            code(f"vf32 r{r}_ = vload_f32(&{source.scalar(where)});")
+            code(f"vf32 r{r}_ = vload_f32(&{_source(kw, buffer, where)});")
         step = lanes // 2
         while step:
             low = ", ".join(str(k if not k & step else lanes + k - step) for k in range(lanes))
