@@ -128,3 +128,44 @@ def test_a_term_hashes_once_and_survives_a_copy() -> None:
     assert hash(term) == hash(dataclasses.replace(term)) == hash(term)
     copied = dataclasses.replace(term)
     assert copied == term and "_hash" not in copied.__getstate__()
+
+
+def twin_parts() -> ConstraintSet:
+    """Two independent parts, the same problem over different names (as a
+    transformer's q, k and v projections are), and a third that differs."""
+    conds = []
+    terms: list[ex.Int] = []
+    for name, least in (("q", 7), ("k", 7), ("v", 9)):
+        a, b = ex.Var(f"{name}.a"), ex.Var(f"{name}.b")
+        conds.append(NamedConstraint("g", f"{name}: a*b", ex.Cmp(ex.mul(a, b), ">=",
+                                                                ex.const(least))))
+        terms.append(ex.add(ex.mul(3, a, b), ex.mul(-2, b), ex.mul(5, a)))
+    decisions = {f"{n}.{v}": tuple(range(1, 9)) for n in "qkv" for v in "ab"}
+    return ConstraintSet(decisions, {}, tuple(conds), ex.add(*terms))
+
+
+def test_a_problem_over_other_names_is_solved_once() -> None:
+    cset = twin_parts()
+    solved: list[ConstraintSet] = []
+
+    def solve_part(part: ConstraintSet, limit: float, cutoff: int | None) -> SolveResult:
+        solved.append(part)
+        return cpsat._solve_part(part, limit, cpsat.Effort(), cutoff)
+
+    result = decompose.solve_by_parts(cset, 60.0, "cpsat", solve_part)
+    assert len(solved) == 2  # q (or k) and v
+    assert result.status is Status.OPTIMAL and result.env is not None
+    assert (result.env["q.a"], result.env["q.b"]) == (result.env["k.a"], result.env["k.b"])
+    def least(bound: int) -> int:
+        return min(3 * a * b - 2 * b + 5 * a for a in range(1, 9) for b in range(1, 9)
+                   if a * b >= bound)
+
+    assert result.objective == 2 * least(7) + least(9)
+    assert not cset.violated(result.env)
+
+
+def test_parts_that_differ_only_in_a_constant_are_not_shared() -> None:
+    parts = {next(iter(p.decisions)).split(".")[0]: decompose.part_shape(p)
+             for p in decompose.components(twin_parts())}
+    assert parts["q"].problem == parts["k"].problem != parts["v"].problem
+    assert parts["q"].names == ("q.a", "q.b") and parts["k"].names == ("k.a", "k.b")

@@ -134,7 +134,7 @@ class Lowering:
                 # pairwise, so each intermediate product has tight bounds
                 head = self.var_of(rest[0]) if len(rest) == 2 else self.var_of(
                     ex.Prod(tuple(rest[:-1])))
-                model.add_multiplication_equality(aux, [head, self.var_of(rest[-1])])
+                self._multiply(aux, head, self.var_of(rest[-1]))
         elif isinstance(term, ex.Max):
             model.add_max_equality(aux, [self.linear(a) for a in term.args])
         elif isinstance(term, ex.CeilDiv):
@@ -151,6 +151,26 @@ class Lowering:
             model.add(aux == self.linear(term.other)).only_enforce_if(chosen.negated())
         else:
             model.add(aux == self.linear(term))
+
+    def _multiply(self, aux: cp_model.IntVar, a: cp_model.IntVar, b: cp_model.IntVar) -> None:
+        """aux == a * b. A factor of two consecutive values (lo or lo + 1: a two-valued
+        decision, a select between neighbours) is a boolean in disguise: the product is
+        linear under each value, written as two enforced equalities. CP-SAT's presolve
+        does this itself; without presolve its product propagator on such a factor ran
+        3.7 million integer propagations in 1,227 branches (fa6/cpu, 6 s for 0.5
+        deterministic s)."""
+        for two, other in ((a, b), (b, a)):
+            domain = list(two.proto.domain)
+            if len(domain) == 2 and domain[1] - domain[0] == 1:
+                lo = domain[0]
+                high = self.model.new_bool_var("")
+                # high -> two == lo + 1;  not high -> two == lo
+                self.model.add(two == lo + 1).only_enforce_if(high)
+                self.model.add(two == lo).only_enforce_if(high.negated())
+                self.model.add(aux == (lo + 1) * other).only_enforce_if(high)
+                self.model.add(aux == lo * other).only_enforce_if(high.negated())
+                return
+        self.model.add_multiplication_equality(aux, [a, b])
 
     # -- redundant tables -------------------------------------------------------
 
@@ -275,41 +295,10 @@ def solve(cset: ConstraintSet, time_limit_s: float = 30.0, workers: int = 1,
     took over 30 s on attention/upmem where the covers take about a second. One worker
     and a fixed seed make the result deterministic.
 
-    A verdict of INFEASIBLE (without `cutoff`) is confirmed before it is returned: the
-    whole problem is solved again without CP-SAT's presolve (`confirm_infeasible`).
-
     `work_limit_s` bounds each CP-SAT call by deterministic time too (CP-SAT's own
     measure of work, about a second of a fast core per unit): with one worker, a verdict
     reached within it does not depend on the machine's speed (tests use it)."""
-    start = time.perf_counter()
-    effort = Effort(workers, work_limit_s)
-    result = _solve(cset, time_limit_s, effort, cutoff, cache, presolve=True)
-    if result.status is not Status.INFEASIBLE or cutoff is not None:
-        return result
-    left = time_limit_s - (time.perf_counter() - start)
-    return confirm_infeasible(result, _solve(cset, max(left, MIN_CONFIRM_S), effort, None,
-                                             None, presolve=False))
-
-
-MIN_CONFIRM_S = 1.0  # the confirmation of INFEASIBLE gets at least this much time
-
-
-def confirm_infeasible(verdict: SolveResult, again: SolveResult) -> SolveResult:
-    """The verdict INFEASIBLE given the same problem solved again without presolve:
-    confirmed when that is INFEASIBLE too; when it found a schedule, that schedule (the
-    first verdict was a solver defect); when it ran out of time, no verdict (TIMEOUT)."""
-    wall = verdict.wall_s + again.wall_s
-    stats = {**verdict.stats, "confirmed_without_presolve": int(
-        again.status is Status.INFEASIBLE)}
-    if again.status is Status.INFEASIBLE:
-        return dataclasses.replace(verdict, wall_s=wall, stats=stats)
-    if again.env is not None:
-        return dataclasses.replace(again, wall_s=wall, stats={
-            **again.stats, "presolve_disagreed": 1})
-    return SolveResult(verdict.solver, Status.TIMEOUT, wall, stats={
-        **stats, "unknown": "CP-SAT with presolve found the problem infeasible, and "
-                            "without presolve neither confirmed it nor found a schedule "
-                            "in time"})
+    return _solve(cset, time_limit_s, Effort(workers, work_limit_s), cutoff, cache)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -322,13 +311,13 @@ class Effort:
 
 
 def _solve(cset: ConstraintSet, time_limit_s: float, effort: Effort, cutoff: int | None,
-           cache: PartCache | None, presolve: bool) -> SolveResult:
+           cache: PartCache | None) -> SolveResult:
     solved = PartCache() if cache is None else cache  # parts that recur across covers
     with _without_cycle_collection():
         return solve_by_covers(cset, time_limit_s, "cpsat", lambda cover, limit, most: (
             solve_by_parts(cover, limit, "cpsat",
                            lambda part, left, share: _solve_part(
-                               part, left, effort, share, solved.bounds, presolve),
+                               part, left, effort, share, solved.bounds),
                            solved, most)), cutoff, partitioned=True, memo=solved.variables)
 
 
@@ -348,11 +337,20 @@ def _without_cycle_collection() -> Iterator[None]:
 
 
 def _solve_part(cset: ConstraintSet, time_limit_s: float, effort: Effort,
-                cutoff: int | None = None, bounds_memo: ex.BoundsMemo | None = None,
-                presolve: bool = True) -> SolveResult:
+                cutoff: int | None = None, bounds_memo: ex.BoundsMemo | None = None
+                ) -> SolveResult:
     """The optimum of one part; with `cutoff`, INFEASIBLE when none is at most that.
-    `bounds_memo` is shared by the parts of one problem (see `Lowering`); `presolve`
-    False solves without CP-SAT's presolve (to confirm an INFEASIBLE)."""
+    `bounds_memo` is shared by the parts of one problem (see `Lowering`).
+
+    Without CP-SAT's presolve (`_configured`): on these models it costs more than it
+    saves. It computes exact domains of long linear sums of small-range factors with
+    large coefficients, which on attention/wormhole's online kernels ran past 150 s and
+    12 GB before the first branch (no time limit stops it); without it that part is
+    proved in 0.01 s. Measured over the built-ins on cpu and upmem (process CPU time,
+    benchmarks/RESULTS.md): swiglu/cpu 12.2 -> 3.1 s, the transformer/cpu 26.6 -> 11.1,
+    mv/upmem 1.2 -> 0.4; fa6/cpu 0.4 -> 1.2 s is the one that needs presolve. It also
+    made some feasible models INFEASIBLE (see `new_solver`), which every INFEASIBLE
+    verdict then had to be solved again to confirm."""
     if all(len(values) == 1 for values in cset.decisions.values()):
         # nothing to decide (constants, or a fusion cover's fixed decisions): evaluate
         env = {name: values[0] for name, values in cset.decisions.items()}
@@ -371,7 +369,7 @@ def _solve_part(cset: ConstraintSet, time_limit_s: float, effort: Effort,
     # cheap first: most parts are proved within a fraction of a second as they are
     first_work = FIRST_WORK_S if effort.work_limit_s is None else min(
         FIRST_WORK_S, effort.work_limit_s)
-    solver = _configured(time_limit_s, effort.workers, first_work, presolve)
+    solver = _configured(time_limit_s, effort.workers, first_work)
     code = solver.solve(lowering.model)
     first = result_of(solver, code, lowering, time.perf_counter() - start)
     if first.status in (Status.OPTIMAL, Status.INFEASIBLE):
@@ -385,11 +383,7 @@ def _solve_part(cset: ConstraintSet, time_limit_s: float, effort: Effort,
     work_left = None if effort.work_limit_s is None else max(
         effort.work_limit_s - solver.deterministic_time, 0.0)
     elapsed = time.perf_counter() - start
-    # without presolve: on tables CP-SAT 9.15's presolve can take seconds to propagate
-    # products through the columns' sparse domains (ex. a 1-row-of-13 i32 min on upmem:
-    # 15 s of presolve, then 64 branches), and the search itself is quick
-    solver = _configured(max(time_limit_s - elapsed, 0.0), effort.workers, work_left,
-                         presolve=False)
+    solver = _configured(max(time_limit_s - elapsed, 0.0), effort.workers, work_left)
     code = solver.solve(lowering.model)
     second = result_of(solver, code, lowering, time.perf_counter() - start)
     stats = {key: _count(first, key) + _count(second, key) for key in ("branches", "conflicts")}
@@ -409,12 +403,12 @@ def _count(result: SolveResult, key: str) -> int:
 FIRST_WORK_S = 0.5
 
 
-def _configured(time_limit_s: float, workers: int, work_limit_s: float | None,
-                presolve: bool) -> cp_model.CpSolver:
+def _configured(time_limit_s: float, workers: int, work_limit_s: float | None
+                ) -> cp_model.CpSolver:
     solver = new_solver(time_limit_s, workers)
     if work_limit_s is not None:
         solver.parameters.max_deterministic_time = work_limit_s
-    solver.parameters.cp_model_presolve = presolve
+    solver.parameters.cp_model_presolve = False  # see `_solve_part`
     return solver
 
 

@@ -86,6 +86,58 @@ def part_key(part: ConstraintSet) -> object:
     return (tuple(sorted(part.decisions.items())), part.constraints, part.objective)
 
 
+@dataclasses.dataclass(frozen=True)
+class Shape:
+    """A part's problem up to the names of its decisions: the q, k and v projections of
+    a transformer are one problem over three sets of names, solved once. `problem` is
+    the part with its decisions renamed `#0`, `#1`, ... in order of first appearance;
+    `names` are the part's own decisions in that order."""
+
+    problem: object
+    names: tuple[str, ...]
+
+    def canonical(self, result: SolveResult) -> SolveResult:
+        """`result` of this part, over the canonical names."""
+        if result.env is None:
+            return result
+        env = {f"#{i}": result.env[name] for i, name in enumerate(self.names)}
+        return dataclasses.replace(result, env=env)
+
+    def own(self, result: SolveResult) -> SolveResult:
+        """A result over the canonical names, over this part's names."""
+        if result.env is None:
+            return result
+        env = {name: result.env[f"#{i}"] for i, name in enumerate(self.names)}
+        return dataclasses.replace(result, env=env)
+
+
+def part_shape(part: ConstraintSet) -> Shape:
+    """`part`'s `Shape` (definitions must be inlined, as `components` leaves them)."""
+    order: dict[str, None] = {}
+    seen: set[int] = set()
+
+    def visit(node: ex.Int | ex.Cond) -> None:
+        if id(node) in seen:
+            return
+        seen.add(id(node))
+        if isinstance(node, ex.Var):
+            order.setdefault(node.name)
+        for child in ex.children(node):
+            visit(child)
+
+    for constraint in part.constraints:
+        visit(constraint.cond)
+    visit(part.objective)
+    names = [n for n in order if n in part.decisions]
+    names += sorted(set(part.decisions) - set(names))
+    renamed = {name: ex.Var(f"#{i}") for i, name in enumerate(names)}
+    memo: dict[int, tuple[object, ex.Int | ex.Cond]] = {}
+    problem = (tuple(part.decisions[n] for n in names),
+               tuple((c.group, ex.substitute(c.cond, renamed, memo)) for c in part.constraints),
+               ex.substitute(part.objective, renamed, memo))
+    return Shape(problem, tuple(names))
+
+
 def inline_definitions(cset: ConstraintSet) -> ConstraintSet:
     """The same problem with every defined variable replaced by its term."""
     if not cset.definitions:
@@ -114,6 +166,15 @@ class PartCache:
         default_factory=dict)
     # `expr.bounds` of the covers' terms: their variables keep the problem's domains
     bounds: ex.BoundsMemo = dataclasses.field(default_factory=dict)
+
+    # `part_shape` by `part_key`: the same part recurs in many covers
+    shapes: dict[object, Shape] = dataclasses.field(default_factory=dict)
+
+    def shape(self, part: ConstraintSet) -> Shape:
+        key = part_key(part)
+        if key not in self.shapes:
+            self.shapes[key] = part_shape(part)
+        return self.shapes[key]
 
     def least(self, key: object) -> int | None:
         """A lower bound of the optimum of part `key` (None: the part is infeasible)."""
@@ -145,7 +206,8 @@ def solve_by_parts(cset: ConstraintSet, time_limit_s: float, solver: str,
     start = time.perf_counter()
     cache = PartCache() if cache is None else cache
     parts = components(cset, cache.variables)
-    keys = {id(part): part_key(part) for part in parts}
+    shapes = {id(part): cache.shape(part) for part in parts}
+    keys = {id(part): shapes[id(part)].problem for part in parts}
     parts.sort(key=lambda p: (keys[id(p)] not in cache.solved, len(p.decisions)))
     least = {id(part): cache.least(keys[id(part)]) for part in parts}
     decisions: dict[str, int] = {}
@@ -168,14 +230,15 @@ def solve_by_parts(cset: ConstraintSet, time_limit_s: float, solver: str,
         if left is not None and left < (least[id(part)] or 0):
             return pruned()
         if problem in cache.solved:
-            result = cache.solved[problem]  # the same part in another fusion cover
+            # the same part in another fusion cover, or the same problem over other names
+            result = shapes[id(part)].own(cache.solved[problem])
         else:
             result = solve_part(part, remaining, left)
             if result.status is Status.INFEASIBLE and left is not None:
                 cache.exceeds(problem, left)
                 return pruned()
             if result.status is not Status.TIMEOUT:
-                cache.solved[problem] = result
+                cache.solved[problem] = shapes[id(part)].canonical(result)
         if left is not None and result.objective is not None and result.objective > left:
             return pruned()
         for key, value in result.stats.items():
