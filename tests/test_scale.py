@@ -7,7 +7,7 @@ limits far from any case here), never from the wall clock."""
 from __future__ import annotations
 
 import pytest
-from conftest import SMALL_UPMEM, TWO_CORES, solve
+from conftest import SMALL_UPMEM, TWO_CORES, benchmark_module, solve
 
 from synth import pipeline
 from synth.constraints import cpsat, decompose, partition
@@ -16,6 +16,7 @@ from synth.constraints.space import is_fusion_decision
 from synth.deadline import Deadline
 from synth.lang import list_builtin_workloads, parse_workload
 
+scale = benchmark_module("scale")  # the chain of issue 12 comes from its benchmark
 NEW = ["rmsnorm", "layernorm", "swiglu", "mha", "transformer"]
 REDUCED = {  # small enough to solve and validate in a few seconds on every model
     "rmsnorm": {"S": 24, "D": 40},
@@ -32,17 +33,6 @@ SMALL = {  # every built-in but the transformer (12,096 covers), where covers ar
     "rmsnorm": {"S": 6, "D": 10}, "layernorm": {"S": 6, "D": 10},
     "swiglu": {"S": 4, "D": 6, "F": 10}, "mha": {"B": 2, "H": 2, "S": 6, "E": 4},
 }
-
-
-def chain(n: int, size: int = 4096) -> str:
-    """A chain of `n` element-wise statements (issue 12's scale case)."""
-    lines = [f"size N = {size}", "in x : f32[N]", "out y : f32[N]"]
-    previous = "x"
-    for k in range(1, n):
-        lines.append(f"t{k}[i] = {previous}[i] * 0.5 + 0.25")
-        previous = f"t{k}"
-    lines.append(f"y[i] = {previous}[i] * 0.5 + 0.25")
-    return "\n".join(lines) + "\n"
 
 
 def model_of(workload: str, hw: str, sizes: dict[str, int]) -> pipeline.Model:
@@ -97,7 +87,7 @@ def test_transformer_uses_the_partition_and_proves_its_optimum() -> None:
 
 
 def test_a_50_statement_chain_is_solved_by_candidates() -> None:
-    workload = parse_workload(chain(50), "chain.syn", "chain")
+    workload = parse_workload(scale.chain(50, 4096), "chain.syn", "chain")
     hw = pipeline.hardware(pipeline.Request("va", "cpu", hw_overrides=TWO_CORES))
     model = pipeline.encode(workload, hw)
     result = solve(model.constraints)
@@ -118,7 +108,7 @@ def test_candidates_stop_at_the_deadline_with_a_gap() -> None:
     """A deadline already past: one candidate is solved (a schedule needs some), the
     others keep their static lower bounds, and the answer is FEASIBLE or TIMEOUT,
     never a claim of optimality."""
-    workload = parse_workload(chain(12), "chain.syn", "chain")
+    workload = parse_workload(scale.chain(12, 4096), "chain.syn", "chain")
     hw = pipeline.hardware(pipeline.Request("va", "cpu", hw_overrides=TWO_CORES))
     cset = pipeline.encode(workload, hw).constraints
     cache = decompose.PartCache()
@@ -139,7 +129,7 @@ def test_encoding_past_the_deadline_is_a_timeout() -> None:
     from synth.constraints.space import candidate_kernels
     from synth.errors import SolveTimeout
 
-    workload = parse_workload(chain(8), "chain.syn", "chain")
+    workload = parse_workload(scale.chain(8, 4096), "chain.syn", "chain")
     with pytest.raises(SolveTimeout, match="ran out while listing the candidate kernels"):
         candidate_kernels(workload, Deadline(0.0))
     assert SolveTimeout.exit_code == 3
