@@ -27,11 +27,11 @@ writes is packed. The copy walks the tensor in its order (rows in order; the pan
 order read one vector per row of a wide tensor, a page apart), and an instance that
 already holds the tile at the same origin (a loop around it that does not walk it,
 e.g. swiglu's x panel across the steps along f) is not copied again: each instance
-keeps the origin it holds, reset at the kernel's start. The cost model does not price the copies yet (a copy term made
-CP-SAT's search far slower). `PACKING = False` turns packing off (the tests'
-unpacked path). The buffers are
-file-scope, allocated on the first call (one per parallel unit) and kept for the
-process's lifetime, so repeated calls pay no page faults.
+keeps the origin it holds, reset at the kernel's start. The cost model does not
+price the copies yet (a copy term made CP-SAT's search far slower). `PACKING = False`
+turns packing off (the tests' unpacked path). The buffers are file-scope, allocated on
+the first call (one per parallel unit) and kept for the process's lifetime, so
+repeated calls pay no page faults.
 """
 
 from __future__ import annotations
