@@ -530,4 +530,6 @@ def test_buffers_live_in_the_hardware_memories() -> None:
                     else:
                         assert buffer.memory in below_root, (name, buffer)
                         assert buffer.name in (f"{buffer.tensor}_{buffer.memory}",
-                                               f"{buffer.tensor}_{buffer.memory}_combine")
+                                               f"{buffer.tensor}_{buffer.memory}_combine",
+                                               # an online kernel's statistic before a step
+                                               f"{buffer.tensor}_{buffer.memory}_prev")
