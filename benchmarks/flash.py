@@ -16,7 +16,8 @@ the cost model would choose there. The table gives both modelled costs, their ra
 runs online, and the solve times. With `--emit-c-at S`, the schedule on `cpu` at that
 length (free, or with `--fix`es) is also emitted as C, checked against the reference and
 timed side by side with NumPy's attention in one child process, `--cores` threads each
-(OpenMP and OpenBLAS): `--runs` rounds of one call of each, medians of the wall clock and
+(OpenMP and OpenBLAS): a warm-up and `--runs` calls of the C, then the same of NumPy
+(not alternated: see `measure_child`), medians of the wall clock and
 of the calling thread's CPU time (one thread's work when the C runs one: the load of a
 shared machine does not count), the load average beside them. Exit code 0 even when a
 run fails (a measurement tool); a bad command line exits 2.
@@ -104,8 +105,8 @@ def emitted_c(size: int, head: int, time_limit: float, fixes: list[str], cores: 
 
 
 def measure_child(spec: dict[str, Any]) -> dict[str, Any]:
-    """In the child: solve, materialise, emit, build, check, then `runs` rounds of one
-    call of the emitted C and one of NumPy's attention (`synth.numpy_eval`), each timed
+    """In the child: solve, materialise, emit, build, check, then `runs` calls of the
+    emitted C and `runs` of NumPy's attention (`synth.numpy_eval`), each timed
     by the wall clock and by this thread's CPU time (the work of one thread when the C
     runs one: a shared machine's load does not count), medians."""
     import ctypes
@@ -148,10 +149,14 @@ def measure_child(spec: dict[str, Any]) -> dict[str, Any]:
         lib.synth_run(pointers)
         errors, _ = _compare(workload, tensors, Path(out), compare)
         times: dict[str, list[float]] = {k: [] for k in ("c_wall", "c_cpu", "np_wall", "np_cpu")}
-        numpy_eval.evaluate(workload, inputs)  # warm-up
-        for _ in range(spec["runs"]):
-            for name, call in (("c", lambda: lib.synth_run(pointers)),
-                               ("np", lambda: numpy_eval.evaluate(workload, inputs))):
+        # each side's rounds in a block of its own, after a warm-up: alternating them,
+        # OpenBLAS's threads still spin after a NumPy call while the C's OpenMP threads
+        # wait at their barriers for the same 2 cores (the model's S=2048 schedule: 8.1-9.0
+        # ms alone, 25-53 ms alternated with NumPy, on a quiet machine)
+        for name, call in (("c", lambda: lib.synth_run(pointers)),
+                           ("np", lambda: numpy_eval.evaluate(workload, inputs))):
+            call()
+            for _ in range(spec["runs"]):
                 wall, cpu = time.perf_counter(), time.thread_time()
                 call()
                 times[f"{name}_cpu"].append(time.thread_time() - cpu)
