@@ -167,7 +167,8 @@ def step_prices(kt: KernelTerms, workload: Workload, vectorised: Mapping[str, in
 def step_copies(kt: KernelTerms, workload: Workload) -> list[ex.Int]:
     """The step's arrays are filled by the core's own loads and stores (the C emitter's
     copies into the thread's stack), not by the caches beside compute: each operand tile
-    copied in (and each result tile out) at the registers' bandwidth, and the operand a
+    copied in (and each result tile out) at the registers' bandwidth, but for the pass
+    operands read in place (`pass_operand`), and the operand a
     contraction reads transposed (`online.transposed_operand`) copied once more, one
     element per load and store."""
     innermost = len(kt.slots) - 1
@@ -175,6 +176,8 @@ def step_copies(kt: KernelTerms, workload: Workload) -> list[ex.Int]:
     out: list[ex.Int] = []
     vector = roofline.kernel_vector_dim(kt.kernel.statements)
     for use in kt.moving():
+        if pass_operand(kt, use):
+            continue  # read where it lies, through the caches (`stream_cost`)
         itemsize = workload.tensors[use.tensor].dtype.itemsize
         out.append(tensor_transfer_cost(kt, use, mem, innermost, itemsize))
     for stmt in kt.kernel.core:
@@ -186,6 +189,17 @@ def step_copies(kt: KernelTerms, workload: Workload) -> list[ex.Int]:
         out.append(ex.mul(element, transfer_count(kt, use, innermost),
                           *(kt.tile(d, innermost) for d in use.indices)))
     return out
+
+
+def pass_operand(kt: KernelTerms, use: TensorUse) -> bool:
+    """An operand of the pass that no row indexes (K and V of attention): the emitted
+    step reads it where it lies rather than copying it into the step's arrays
+    (`c_online.streams`: the outer products' operand B), except the transposed copy
+    `step_copies` prices on its own."""
+    plan = kt.kernel.online
+    return (plan is not None and plan.dim in use.indices
+            and not set(plan.rows) & set(use.indices)
+            and use.tensor not in {s.target for s in kt.kernel.statements})
 
 
 def streamed(kt: KernelTerms, use: TensorUse, slot: int) -> bool:
