@@ -93,7 +93,12 @@ def _matmul(tmp_path: Path) -> Path:
 ])
 def test_builtin_is_simulated_with_the_schedules_traffic(
         workload: str, sizes: dict[str, int], written: int, tmp_path: Path) -> None:
-    outcome = _emit(workload, sizes, tmp_path / "out")
+    assert_simulated_as_modelled(_emit(workload, sizes, tmp_path / "out"), written)
+
+
+def assert_simulated_as_modelled(outcome: pipeline.Outcome, written: int) -> None:
+    """The emitted program passed the simulator with the schedule's DRAM tiles, which
+    are the cost model's, and wrote `written` tiles."""
     check = outcome.emitted.check if outcome.emitted else None
     assert isinstance(check, TtlangCheck), check
     assert check.passed, check.log
@@ -118,15 +123,7 @@ def test_the_integer_builtins_f32_twins_are_simulated_with_the_schedules_traffic
     i32 built-ins are checked as the same programs over f32."""
     twin = tmp_path / f"{workload}.syn"
     twin.write_text(read_workload(workload)[0].replace("i32", "f32"))
-    outcome = _emit(str(twin), sizes, tmp_path / "out")
-    check = outcome.emitted.check if outcome.emitted else None
-    assert isinstance(check, TtlangCheck), check
-    assert check.passed and check.pcc is not None and check.pcc > 0.9999, check.log
-    assert (check.dram_tiles_read, check.dram_tiles_written) == (
-        check.model_tiles_read, check.model_tiles_written)
-    assert check.model_tiles_written == written
-    assert model_dram_tiles(outcome.model, outcome.result.env or {}) == (
-        check.model_tiles_read, check.model_tiles_written)
+    assert_simulated_as_modelled(_emit(str(twin), sizes, tmp_path / "out"), written)
 
 
 def test_an_accumulator_over_a_loop_with_one_block_deadlocks(tmp_path: Path) -> None:
