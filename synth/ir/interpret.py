@@ -1256,6 +1256,8 @@ class TilePlace:
             return
         if self.view_index is not None:
             ok = bool(self.state.init[self.view_index].all())
+        elif not self.index:  # a scalar tensor (as in `write`)
+            ok = bool(self.state.init.all())
         else:
             ok = bool(self.state.init[self.index][self.mask].all())
         if not ok:
