@@ -266,3 +266,21 @@ def test_accumulator_overwritten_each_iteration_does_not_batch() -> None:
     assert not batches(broken, workload, "s", loop.var.name)
     check_same(broken, workload, "overwritten")
     assert not pipeline.validate(broken, workload).passed
+
+
+# a scalar statistic read inside the loop over i (the fuzz corpus's exit 70: the
+# interpreter's initialised check indexed a 0-d tensor like an array)
+SCALAR_IN_A_LOOP = """
+size M = 4
+in x0 : bf16[M]
+out y : f32[M]
+t0[i] = x0[i] + 1e-5
+t1[] max= t0[i]
+t2[] = t1[]
+y[i] max= t2[] - t1[] + (M)
+"""
+
+
+def test_a_scalar_read_inside_a_loop_validates() -> None:
+    case = Case.of("scalar", "cpu", overrides=TWO_CORES, text=SCALAR_IN_A_LOOP)
+    assert pipeline.validate(optimal_program(case), build(case).workload).passed

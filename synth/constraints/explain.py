@@ -213,6 +213,8 @@ def minimal_core(cset: ConstraintSet) -> dict[str, tuple[str, ...]]:
     if status is not Status.INFEASIBLE:
         return {}
     core = _shrink(checker, core)
+    if not core:  # infeasible with no group at all: no group is to blame
+        return {}
     return {g: checker.violated(g, [o for o in core if o != g]) for g in core}
 
 

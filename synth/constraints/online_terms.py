@@ -196,10 +196,15 @@ def pass_operand(kt: KernelTerms, use: TensorUse) -> bool:
     step reads it where it lies rather than copying it into the step's arrays
     (`c_online.streams`: the outer products' operand B), except the transposed copy
     `step_copies` prices on its own."""
+    return (_walked_by_the_pass(kt, use)
+            and use.tensor not in {s.target for s in kt.kernel.statements})
+
+
+def _walked_by_the_pass(kt: KernelTerms, use: TensorUse) -> bool:
+    """`use` is indexed by the online pass's dimension and by none of its rows."""
     plan = kt.kernel.online
     return (plan is not None and plan.dim in use.indices
-            and not set(plan.rows) & set(use.indices)
-            and use.tensor not in {s.target for s in kt.kernel.statements})
+            and not set(plan.rows) & set(use.indices))
 
 
 def streamed(kt: KernelTerms, use: TensorUse, slot: int) -> bool:
@@ -213,8 +218,7 @@ def streamed(kt: KernelTerms, use: TensorUse, slot: int) -> bool:
     if not step_in_cache(kt) or plan is None or slot == len(kt.slots) - 1:
         return False
     mem = kt.hw.memory(kt.slots[slot].name)
-    return (mem.cache and plan.dim in use.indices
-            and not set(plan.rows) & set(use.indices))
+    return mem.cache and _walked_by_the_pass(kt, use)
 
 
 def stream_bytes(kt: KernelTerms, use: TensorUse, mem: Memory, itemsize: int) -> ex.Int:
