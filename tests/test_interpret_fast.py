@@ -284,3 +284,22 @@ y[i] max= t2[] - t1[] + (M)
 def test_a_scalar_read_inside_a_loop_validates() -> None:
     case = Case.of("scalar", "cpu", overrides=TWO_CORES, text=SCALAR_IN_A_LOOP)
     assert pipeline.validate(optimal_program(case), build(case).workload).passed
+
+
+# a product-sum with a scalar operand read through index arrays (CI's hypothesis find:
+# the batched contraction zipped a 0-d view against the frame's axes, IndexError)
+SCALAR_IN_A_CONTRACTION = """
+size NI = 2
+in x0 : f32[NI]
+in x1 : f32[]
+out t0 : f32[]
+t0[] += x0[i]
+t0[] += x0[i]
+t0[] += x0[i]
+t0[] += (x0[i] * x1[])
+"""
+
+
+def test_a_scalar_operand_of_a_contraction_validates() -> None:
+    case = Case.of("scalar_dot", "cpu", overrides=TWO_CORES, text=SCALAR_IN_A_CONTRACTION)
+    assert pipeline.validate(optimal_program(case), build(case).workload).passed

@@ -1240,7 +1240,11 @@ class TilePlace:
         """The tile in the frame's layout without copying: absent dims, and units that
         share one tile, are zero strides (read-only)."""
         if self.view_index is None:
-            return self.read()
+            value = self.read()
+            if value.ndim == 0:  # a scalar tensor read through index arrays: no axes at all
+                value = value.reshape((1,) * (len(self.frame.m.grid)
+                                              + len(self.frame.node.dims)))
+            return value
         tile = self.state.values[self.view_index]
         grid, lead = len(self.frame.m.grid), self.lead or 0
         node = self.frame.node
