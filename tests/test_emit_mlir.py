@@ -50,7 +50,6 @@ from synth.ir.nodes import (
     Program,
     Store,
 )
-from synth.ir.online import OnlineEmitError, is_online
 from synth.lang import list_builtin_workloads, load_workload, parse_workload
 from synth.reference import compare, evaluate, evaluate_errors, make_inputs
 from synth.workload import DType, ReduceOp, Workload
@@ -191,34 +190,15 @@ def test_every_builtin_has_a_small_size() -> None:
     assert set(SIZES) == set(list_builtin_workloads())
 
 
-# known: upstream's fuse-into-containing-op finds no producer to fuse for these schedules
-# (a fused kernel whose producer is consumed at the register tile; issue 11's cpu model)
-MLIR_FUSION_GAPS = {
-    (name, "cpu"): "transform.structured.fuse_into_containing_op: could not find next "
-                   "producer to fuse into container" for name in ("layernorm", "transformer")}
-
-
 @pytest.mark.parametrize("hardware", list_builtin_hardware())
 @pytest.mark.parametrize("workload", list_builtin_workloads())
-def test_builtin_verifies_transforms_and_runs(workload: str, hardware: str, tmp_path: Path,
-                                              request: pytest.FixtureRequest) -> None:
-    if (workload, hardware) in MLIR_FUSION_GAPS:  # strict: a fixed gap fails here, to be removed
-        request.applymarker(pytest.mark.xfail(reason=MLIR_FUSION_GAPS[(workload, hardware)],
-                                              strict=True))
+def test_builtin_verifies_transforms_and_runs(workload: str, hardware: str,
+                                              tmp_path: Path) -> None:
     outcome = pipeline.run(pipeline.Request(workload, hardware, SIZES.get(workload, {}),
                                             validate=False, time_limit_s=30.0))
     if outcome.program is None:
         pytest.skip(f"no schedule of {workload} on {hardware} at {SIZES.get(workload)}: "
                     f"{outcome.result.status.value}")
-    online = [k.name for k in outcome.program.kernels if is_online(k)]
-    if online:  # the MLIR emitter refuses the online rewrite (issue 15): without it
-        with pytest.raises(OnlineEmitError, match=f"--fix online.{online[0]}=0"):
-            emitted(outcome.program, outcome.workload, outcome.hardware, tmp_path)
-        outcome = pipeline.run(pipeline.Request(
-            workload, hardware, SIZES.get(workload, {}), validate=False, time_limit_s=30.0,
-            fixes=tuple(f"{n}=0" for n in outcome.model.constraints.decisions
-                        if n.startswith("online."))))
-        assert outcome.program is not None
     out = emitted(outcome.program, outcome.workload, outcome.hardware, tmp_path)
     assert_passes(check_mlir(out))
 

@@ -234,7 +234,7 @@ def test_forcing_and_forbidding_the_online_rewrite() -> None:
 def test_emitters_without_the_rewrite_refuse_it() -> None:
     _, program = forced(ATTENTION, *STEPS)
     with pytest.raises(OnlineEmitError, match="--fix online.m_p_l_o_O=0"):
-        refuse_online(program, "--emit mlir")
+        refuse_online(program, "--emit ttlang")
     assert any(isinstance(n, Running) for k in program.kernels for n in walk(k.body))
 
 

@@ -37,6 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
+from synth.emit import mlir_online
 from synth.emit.cstyle import Code, EmitError, statement_text
 from synth.emit.mlir_check import write_check_data
 from synth.hardware import Hardware
@@ -54,10 +55,11 @@ from synth.ir.nodes import (
     LoopVar,
     Node,
     Program,
+    Rescale,
+    Running,
     Store,
     walk,
 )
-from synth.ir.online import refuse_online
 from synth.reference import evaluate_errors
 from synth.workload import (
     Access,
@@ -97,7 +99,6 @@ def emit_mlir(program: Program, workload: Workload, hw: Hardware, out_dir: str |
     """Write schedule.mlir, source.mlir and transform.mlir into `out_dir` (created if
     needed), and the data `synth.emit.mlir_check` runs them on. Raises EmitError for a
     loop nest this emitter cannot express."""
-    refuse_online(program, "--emit mlir")
     texts = {"schedule.mlir": schedule_text(program, workload, hw),
              "source.mlir": source_text(workload),
              "transform.mlir": transform_text(program, workload, hw)}
@@ -620,6 +621,10 @@ class KernelWriter:
                 self.compute(node)
             case Combine():
                 self.combine(node)
+            case Running():
+                mlir_online.running(self, node)
+            case Rescale():
+                mlir_online.rescale(self, node)
             case _:
                 raise EmitError(f"the MLIR emitter cannot emit a {type(node).__name__} node")
 
@@ -1041,7 +1046,10 @@ class TransformWriter:
     - `fuse_into_containing_op` aborts the process ("SmallVector unable to grow") when
       the producer is also used after the `scf.for`, so a statement whose value is read
       outside the loop stays in the enclosing loop (computed per tile of that loop:
-      the same values, less locality).
+      the same values, less locality);
+    - it finds no producer to fuse when nothing inside the loop reads the statement
+      (its readers stayed outside), so such a statement stays outside too (a layer norm's
+      mean on cpu, an online kernel's running maximum: `mlir_online`).
 
     Last, each statement's innermost tile reads its operands from the memory space of
     the buffers its compute uses, and an accumulator kept across a sequential reduction
@@ -1193,8 +1201,14 @@ class TransformWriter:
     def fuse(self, statements: Sequence[str], into: str, sequential: bool = False) -> None:
         """Fuse the statements before the consumer into `into`, consumers first (see
         the class docstring for what stays outside an scf.for)."""
+        inside = {statements[-1]}
         for name in reversed(statements[:-1]):
             if name in self.stuck:
+                continue
+            if not any(self.feeds(name, member) for member in inside):
+                self.code(f"// {name} stays outside: nothing in the loop reads it (its "
+                          f"readers stay outside), so upstream finds no use to fuse it at")
+                self.stuck.add(name)
                 continue
             if sequential and self.destination_of(name, statements):
                 self.code(f"// {name} stays outside: upstream cannot fuse a destination "
@@ -1211,6 +1225,7 @@ class TransformWriter:
                       f"{self.handles[name]} into {into} : (!transform.any_op, "
                       f"!transform.any_op) -> (!transform.any_op, !transform.any_op)")
             self.handles[name] = fused
+            inside.add(name)
 
     def tile_forall(self, stmt: Statement, sizes: list[int], statements: Sequence[str]
                     ) -> None:
