@@ -8,18 +8,35 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import TWO_CORES, Case, build, forced
+from conftest import SMALL_UPMEM, TWO_CORES, Case, build, forced
 from typer.testing import CliRunner
 
 from synth.cli import app
 from synth.emit.mlir import emit_mlir
 from synth.emit.mlir_check import MlirCheck, check_mlir
-from synth.ir.nodes import Loop, Node, Program, Rescale
+from synth.emit.upmem import CheckResult, check_upmem, emit_upmem
+from synth.ir.nodes import (
+    Affine,
+    Alloc,
+    Compute,
+    Fill,
+    Load,
+    Loop,
+    LoopKind,
+    LoopVar,
+    Node,
+    Program,
+    Rescale,
+    Running,
+    Store,
+)
 from synth.ir.online import is_online
+from synth.ir.verify import verify
 from synth.reference import evaluate_errors, make_inputs
 from synth.workload import Workload
 
@@ -39,6 +56,8 @@ l[n] += exp((x[n, j] - m[n]) * 0.5)
 y[n] = m[n] + log(l[n]) * 2.0
 """
 LSE = Case.of("lse", "cpu", {}, TWO_CORES, text=LSE_TEXT)
+needs_make = pytest.mark.skipif(shutil.which("cc") is None or shutil.which("make") is None,
+                                reason="needs a C compiler and make")
 
 
 def large(workload: Workload) -> dict[str, np.ndarray]:
@@ -115,3 +134,133 @@ def test_solve_emits_online_mlir_and_reports_the_check(tmp_path: Path) -> None:
     emitted = data["emitted"]["mlir"]
     assert emitted["checked"] and emitted["passed"], emitted["log"]
     assert "// rescale" in (tmp_path / "schedule.mlir").read_text()
+
+
+# ---------------------------------------------------------------- UPMEM
+
+
+def stepped(program: Program, kernel: str, dim: str, steps: int) -> Program:
+    """`program` with the online step of `kernel` split into `steps` sequential steps
+    over its pass dimension `dim` inside the tasklet (the tiles along `dim` allocated and
+    loaded per step, the running statistics kept across them): the model of upmem gives
+    an online kernel the whole pass in one WRAM tile, where the rescale only ever starts
+    from -inf; this is the nest with steps that exercise it."""
+    def split(body: tuple[Node, ...]) -> tuple[Node, ...]:
+        if not any(isinstance(n, Running) for n in body):
+            return tuple(Loop(n.var, split(n.body)) if isinstance(n, Loop) else n
+                         for n in body)
+        previous = {n.previous for n in body if isinstance(n, Running)}
+        along = {n.buffer.name: n.buffer for n in body if isinstance(n, Alloc)
+                 and dim in n.buffer.dims}
+        size = next(n.tile[n.dims.index(dim)] for n in body if isinstance(n, Compute)
+                    and dim in n.dims)
+        assert size % steps == 0
+        chunk = size // steps
+        var = LoopVar(f"w_{dim}", dim, f"W.{kernel}.{dim}", steps, chunk,
+                      LoopKind.SEQUENTIAL, "mram")
+        shift = Affine(((var.name, chunk),))
+
+        def inside(n: Node) -> bool:
+            return ((isinstance(n, Alloc) and (n.buffer.name in along
+                                               or n.buffer.name in previous))
+                    or (isinstance(n, Load) and n.dst in along)
+                    or (isinstance(n, Fill) and n.buffer in along)
+                    or (isinstance(n, Store) and n.src in along)
+                    or isinstance(n, Running | Rescale)
+                    or (isinstance(n, Compute) and dim in n.dims))
+
+        def moved(n: Node) -> Node:
+            if isinstance(n, Alloc) and n.buffer.name in along:
+                d = n.buffer
+                axis = d.dims.index(dim)
+                return Alloc(dataclasses.replace(
+                    d, shape=tuple(chunk if a == axis else s for a, s in enumerate(d.shape)),
+                    origin=tuple(o + shift if a == axis else o
+                                 for a, o in enumerate(d.origin))))
+            if isinstance(n, Compute):
+                axis = n.dims.index(dim)
+                return dataclasses.replace(
+                    n, tile=tuple(chunk if a == axis else t for a, t in enumerate(n.tile)),
+                    origin=tuple(o + shift if a == axis else o
+                                 for a, o in enumerate(n.origin)))
+            return n
+
+        last = max(k for k, n in enumerate(body) if inside(n))
+        before = tuple(n for n in body[:last] if not inside(n))
+        step = tuple(moved(n) for n in body if inside(n))
+        return (*before, Loop(var, step), *body[last + 1:])
+
+    return dataclasses.replace(program, kernels=tuple(
+        dataclasses.replace(k, body=split(k.body)) if k.name == kernel else k
+        for k in program.kernels))
+
+
+def _upmem(tmp_path: Path, case: Case, fixes: tuple[str, ...], steps: int = 1,
+           broken: bool = False) -> tuple[Path, CheckResult]:
+    built, program = forced(case, *fixes)
+    kernel = next(k.name for k in program.kernels if is_online(k))
+    if steps > 1:
+        program = stepped(program, kernel, "j", steps)
+        verify(program, built.workload, built.hw)
+    if broken:
+        program = without_rescales(program)
+    inputs = large(built.workload)
+    expected, bounds = evaluate_errors(built.workload, inputs)
+    emit_upmem(program, built.workload, built.hw, tmp_path, inputs, expected, bounds)
+    return tmp_path, check_upmem(tmp_path)
+
+
+UP_ATTENTION = Case.of("attention", "upmem", {"S": 64, "D": 16}, SMALL_UPMEM)
+UP_MHA = Case.of("mha", "upmem", {"B": 1, "H": 2, "S": 32, "E": 8}, SMALL_UPMEM)
+UP_LSE = Case.of("lse", "upmem", {}, SMALL_UPMEM, text=LSE_TEXT)
+
+
+@needs_make
+@pytest.mark.parametrize(("case", "fixes", "steps"), [
+    (UP_ATTENTION, ("online.m_p_l_o_O=1",), 1),
+    (UP_ATTENTION, ("online.m_p_l_o_O=1",), 4),
+    (UP_ATTENTION, ("online.s_m_p_l_o_O=1",), 4),
+    (UP_MHA, ("online.sc_m_p_l_o_O=1",), 2),
+    (UP_LSE, ("online.m_l_y=1",), 4),
+], ids=["attention", "attention-4-steps", "attention-qk-4-steps", "mha-2-steps",
+        "log-sum-exp-4-steps"])
+def test_online_upmem_runs_and_matches_where_exp_overflows(
+        tmp_path: Path, case: Case, fixes: tuple[str, ...], steps: int) -> None:
+    out, check = _upmem(tmp_path, case, fixes, steps)
+    assert check.passed, check.log[-3000:]
+    assert "every output matches the reference" in check.log
+    dpu = "\n".join(p.read_text() for p in out.glob("dpu_*.c"))
+    assert "rescaled to the new maximum" in dpu
+    assert "math_expf(-" in dpu  # the factor, by synth's exp (no libm on a DPU)
+
+
+@needs_make
+def test_online_upmem_without_its_rescales_fails_the_check(tmp_path: Path) -> None:
+    _, check = _upmem(tmp_path, UP_ATTENTION, ("online.m_p_l_o_O=1",), steps=4,
+                      broken=True)
+    assert not check.passed
+    assert "the outputs differ from the reference" in check.log
+
+
+def test_a_stepped_online_nest_on_upmem_lowers_to_mlir_too(tmp_path: Path) -> None:
+    built, program = forced(UP_ATTENTION, "online.m_p_l_o_O=1")
+    program = stepped(program, "m_p_l_o_O", "j", 4)
+    inputs = large(built.workload)
+    expected, bounds = evaluate_errors(built.workload, inputs)
+    emit_mlir(program, built.workload, built.hw, tmp_path, inputs, expected, bounds)
+    check = check_mlir(tmp_path)
+    assert check.passed, check.log[-3000:]
+
+
+@needs_make
+def test_solve_emits_online_upmem_and_reports_the_check(tmp_path: Path) -> None:
+    args = ["solve", "attention", "--hw", "upmem", "--set", "S=64", "--set", "D=16",
+            "--fix", "online.s_m_p_l_o_O=1", "--emit", "upmem", "--out", str(tmp_path),
+            "--json"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["variables"]["online.s_m_p_l_o_O"] == 1
+    emitted = data["emitted"]["upmem"]
+    assert emitted["checked"] and emitted["passed"], emitted["log"]
+    assert "rescaled to the new maximum" in (tmp_path / "dpu_s_m_p_l_o_O.c").read_text()

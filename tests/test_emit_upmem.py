@@ -25,10 +25,9 @@ from hypothesis import HealthCheck, assume, given, settings
 from strategies import GeneratedWorkload, workloads
 
 from synth import pipeline
-from synth.constraints import expr as ex
-from synth.constraints.cost import Model, build_model
+from synth.constraints.cost import build_model
 from synth.constraints.sample import random_schedule
-from synth.constraints.space import NamedConstraint, kernel_for
+from synth.constraints.space import kernel_for
 from synth.emit import upmem
 from synth.emit.cstyle import EmitError
 from synth.emit.upmem import CheckResult, Emission, check_upmem, emit_upmem
@@ -47,7 +46,6 @@ from synth.ir.nodes import (
     Store,
     walk,
 )
-from synth.ir.online import is_online
 from synth.lang import parse_workload
 from synth.reference import compare, evaluate, evaluate_errors, make_inputs
 
@@ -70,11 +68,6 @@ RUNTIME = Path(str(resources.files("synth.emit").joinpath("upmem_runtime")))
 def emitted(request: pipeline.Request, out_dir: Path) -> Emission:
     outcome = pipeline.run(dataclasses.replace(request, validate=False))
     assert outcome.program is not None, outcome.result.status
-    online = [k.name for k in outcome.program.kernels if is_online(k)]
-    if online:  # --emit upmem refuses the online rewrite (issue 15): solve without it
-        outcome = pipeline.run(dataclasses.replace(request, validate=False, fixes=(
-            *request.fixes, *(f"online.{k}=0" for k in online))))
-        assert outcome.program is not None, outcome.result.status
     inputs = make_inputs(outcome.workload, 0)
     expected = evaluate(outcome.workload, inputs)
     return emit_upmem(outcome.program, outcome.workload, outcome.hardware, out_dir, inputs,
@@ -151,17 +144,6 @@ def test_long_dma_runs_are_split(tmp_path: Path) -> None:
     assert_passes(check_upmem(tmp_path))
 
 
-def without_online(model: Model) -> Model:
-    """`model` with every online decision fixed to 0 (`--emit upmem` has no online
-    rewrite: issue 15)."""
-    cset = model.constraints
-    off = tuple(NamedConstraint(f"user.fix.{name}", f"{name} = 0",
-                                ex.Cmp(ex.Var(name), "==", ex.ZERO))
-                for name in cset.decisions if name.startswith("online."))
-    return dataclasses.replace(model, constraints=dataclasses.replace(
-        cset, constraints=cset.constraints + off))
-
-
 def examples(count: int) -> settings:
     return settings(max_examples=count, derandomize=True, deadline=None, database=None,
                     suppress_health_check=[HealthCheck.too_slow,
@@ -174,7 +156,7 @@ def test_random_workloads_pass(tmp_path: Path, generated: GeneratedWorkload) -> 
     """The optimum and a random feasible schedule (odd tiles, steps at every memory)."""
     workload = parse_workload(generated.text, "generated.syn", "generated")
     hw = load_hardware("upmem", SMALL_UPMEM)
-    model = without_online(pipeline.encode(workload, hw))  # the emitter refuses it
+    model = pipeline.encode(workload, hw)
     optimum = solve(model.constraints).env
     assert optimum is not None
     inputs = make_inputs(workload, 0)

@@ -35,7 +35,9 @@ load's source (an accumulator read back from MRAM is loaded in place). `mram_rea
 the calling tasklet (one `ldma` instruction), so within a tasklet this only orders the
 transfers; on the hardware the DMA overlaps with the other tasklets' compute, with or
 without double buffering (see `upmem_runtime/SDK_NOTES.md`). The DPU runtime has no libm:
-math functions come from `upmem_runtime/dpu_math.c`, copied into the DPU programs.
+math functions come from `upmem_runtime/dpu_math.c`, copied into the DPU programs. The
+online rewrite's running maximum and rescales (`Running`, `Rescale`) are loops over a
+tasklet's own WRAM tiles, written by `upmem_online`.
 
 Every buffer is laid out as the cost model counts it: partial results first, then rows
 whose innermost axis is padded to 8 bytes, so every DMA run starts 8-byte aligned. Tiles
@@ -61,6 +63,7 @@ from pathlib import Path
 
 import numpy as np
 
+from synth.emit import upmem_online
 from synth.emit.cstyle import (
     MUL,
     Code,
@@ -88,10 +91,11 @@ from synth.ir.nodes import (
     LoopVar,
     Node,
     Program,
+    Rescale,
+    Running,
     Store,
     walk,
 )
-from synth.ir.online import refuse_online
 from synth.reference import evaluate_errors, tolerance
 from synth.workload import Access, Call, DType, Expr, Num, Workload
 from synth.workload import walk as expr_nodes
@@ -130,7 +134,6 @@ def emit_upmem(program: Program, workload: Workload, hw: Hardware, out_dir: str 
     scales (`synth.reference.evaluate_errors`, computed here when not given), from which
     the tolerances of the program's check are made. Raises EmitError for a loop nest
     this emitter cannot express."""
-    refuse_online(program, "--emit upmem")
     target = Target.of(program, hw)
     plans = plan_program(program, target)
     dpus = [DpuWriter(plan, workload, target).render() for plan in plans]
@@ -941,6 +944,10 @@ class DpuWriter(CStyle):
                 self.fill(code, node)
             elif isinstance(node, Combine):
                 self.combine(code, node)
+            elif isinstance(node, Running):
+                upmem_online.running(self, code, node)
+            elif isinstance(node, Rescale):
+                upmem_online.rescale(self, code, node)
             else:
                 raise EmitError(f"kernel {self.kernel}: cannot run {type(node).__name__} "
                                 f"{_node_name(node)} inside a DPU program")
