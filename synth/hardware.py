@@ -117,6 +117,10 @@ class Memory:
     # pipeline time of the instructions that issue one transfer (the call, addresses),
     # paid by the issuing unit like compute; priced where transfers block (`blocking`)
     issue_ps: int = 0
+    # the share of this memory's transfer time the core spends issuing it in line with its
+    # compute, where it overlaps (`overlap`): register loads and stores are instructions
+    # of the same core, which run beside its arithmetic only in part (cost.exposed_cost)
+    exposed: float = 0.0
 
     @property
     def usable(self) -> int:

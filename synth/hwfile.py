@@ -95,11 +95,12 @@ _LEVEL_KEYS = ("name", "symbol", "count", "issue_share", "barrier", "fork", "bar
 _LEVEL_FIELDS = ("symbol", "count", "issue_share", "barrier", "fork", "barrier_per_unit")
 _MEMORY_KEYS = ("name", "level", "instance_level", "capacity", "reserved", "symbol", "latency",
                 "bandwidth", "shared_by", "transfer", "detect", "overlap", "cache",
-                "warm", "store_bandwidth", "write_latency", "blocking", "issue", "push")
+                "warm", "store_bandwidth", "write_latency", "blocking", "issue", "push",
+                "exposed")
 _MEMORY_FIELDS = tuple(k for k in _MEMORY_KEYS if k not in ("name", "transfer", "push"))
 # about the parent: not on the root memory
 _PARENT_KEYS = ("latency", "bandwidth", "transfer", "store_bandwidth", "write_latency",
-                "blocking", "issue", "push")
+                "blocking", "issue", "push", "exposed")
 _PUSH_KEYS = ("level", "cap", "in", "out")
 _PUSH_DIRECTION_KEYS = ("one", "full", "latency", "per_unit")
 _LAUNCH_PER_UNIT_KEYS = ("level", "time")
@@ -816,7 +817,17 @@ def _memory(entry: dict[str, Any], is_root: bool, levels: Sequence[Level], clock
         issue_ps=_unit(lambda v: parse_time(v, clock_hz), entry.get("issue", 0), where.at("issue")),
         push=None if "push" not in entry else _push(entry["push"], names, level, clock_hz,
                                                     where.at("push")),
+        exposed=_share(entry.get("exposed", 0), where.at("exposed")),
     )
+
+
+def _share(value: object, where: _Where) -> float:
+    """A share in 0..1 (a number, or its text from --hw-set)."""
+    if isinstance(value, str) and _NUMBER.fullmatch(value):
+        value = float(value)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
+        raise where.error(f"expected a number in 0..1, got {value!r}")
+    return float(value)
 
 
 def _boolean(value: object, where: _Where) -> bool:

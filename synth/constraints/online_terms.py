@@ -130,7 +130,7 @@ def step_capacity(kt: KernelTerms, mem: Memory) -> int:
     """What the innermost tiles of a kernel may take: the memory's usable bytes, or for an
     online kernel on a CPU, those of the memory just outside the registers (its step's
     arrays live there)."""
-    if not step_in_cache(kt) or mem is not kt.hw.memories[-1]:
+    if not step_in_cache(kt) or mem.name != kt.hw.memories[-1].name:
         return mem.usable
     outside = [m for m in kt.hw.memories[:-1] if m.level == mem.level]
     return outside[-1].usable if outside else mem.usable

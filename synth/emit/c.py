@@ -357,6 +357,7 @@ class KernelWriter:
         self.locals: dict[str, Local] = {}
         self.accumulators: dict[str, str] = {}  # local -> its vector accumulators
         self.pending: set[str] = set()  # locals whose accumulators are not folded yet
+        self.transposed: dict[str, str] = {}  # streamed local -> its copy with j last
         self.heap: list[str] = []  # root partials to free at the end
         self.in_parallel = False
         self.region = False  # inside the kernel's one parallel region (`one_region`)
@@ -607,6 +608,7 @@ class KernelWriter:
         if not load and local_name in self.pending:
             self.fold(code, local_name)
         if load and online_streams(self, local_name):  # read where it lies (c_online)
+            online_pretranspose(self, code, local_name)
             return
         root = self.root_of(other)
         decl = local.decl
@@ -882,6 +884,11 @@ def online_kernel(kernel: Kernel) -> bool:
 def online_streams(kw: KernelWriter, buffer: str) -> bool:
     from synth.emit import c_online  # the online rewrite's statements (its own module)
     return c_online.streams(kw, buffer)
+
+
+def online_pretranspose(kw: KernelWriter, code: Code, buffer: str) -> None:
+    from synth.emit import c_online  # the online rewrite's statements (its own module)
+    c_online.pretranspose(kw, code, buffer)
 
 
 def online_compute(kw: KernelWriter, code: Code, node: Compute, stmt: Statement) -> bool:

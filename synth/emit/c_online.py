@@ -291,16 +291,11 @@ def outer_product(kw: KernelWriter, code: Code, node: Compute, stmt: Statement,
             return f"&{_source(kw, buffer, {d: index[d] for d in moved.indices})}"
         return f"&{name}[{flat(index)}]"
 
-    if transpose:
-        code.comment(f"{moved.tensor}'s tile with {j} last (an outer product in vectors "
-                     f"along {j})")
-        code(f"float {name}[{math.prod(tile[d] for d in dims)}];")
-        last = moved.indices[-1]
-        if tile[last] % lanes or tile[j] % lanes or suffix != "f32":
-            with kw.tile_loops(code, moved.indices, [tile[d] for d in moved.indices]) as at:
-                code(f"{name}[{flat(at)}] = {_source(kw, buffer, at)};")
-        else:
-            _transpose_blocks(kw, code, moved, buffer, tile, flat, name, j)
+    if transpose and buffer in kw.transposed:  # copied where the tile's copy sits
+        name = kw.transposed[buffer]
+        code.comment(f"{moved.tensor}'s tile read with {j} last from {name}")
+    elif transpose:
+        _fill_transposed(kw, code, moved, buffer, tile, flat, name, j, suffix == "f32")
     else:
         code.comment(f"an outer product in vectors along {j}, accumulators in registers")
     chunks = tile[j] // lanes
@@ -339,6 +334,56 @@ def outer_product(kw: KernelWriter, code: Code, node: Compute, stmt: Statement,
         for r in range(rb):
             for c in range(block):
                 code(f"vstore_{suffix}(&{target.scalar(at_row(r, c))}, a_[{r}][{c}]);")
+
+
+def pretranspose(kw: KernelWriter, code: Code, buffer: str) -> None:
+    """At the copy of a tile read where it lies (`streams`) that an outer product reads
+    transposed: the tile copied with j last once there, into an array of its own, and
+    read from it by every step inside (`outer_product`), not transposed again in each
+    step (the copy sits outside the loops that do not walk the tensor, as
+    `online_terms.step_copies` prices it: attention's K tile was transposed once per
+    block of rows, 2.3x the modelled time of its kernel)."""
+    for node in walk(kw.kernel.body):
+        if not isinstance(node, Compute) or buffer not in node.operands.values():
+            continue
+        stmt = kw.w.workload.statement(node.statement)
+        product = _outer(kw, node, stmt)
+        if product is None or not product[1] or node.operands[product[0].tensor] != buffer:
+            continue
+        moved, j = product[0], stmt.indices[-1]
+        tile = dict(zip(node.dims, node.tile, strict=True))
+        dims = [d for d in moved.indices if d != j] + [j]
+        name = kw.w.names(f"t:{kw.kernel.name}:{buffer}", f"{buffer}_t")
+        _fill_transposed(kw, code, moved, buffer, tile, _flattener(dims, tile), name, j,
+                         stmt.dtype.is_float)
+        kw.transposed[buffer] = name
+        return
+
+
+def _flattener(dims: Sequence[str], tile: dict[str, int]) -> Callable[[dict[str, str]], str]:
+    """The row-major flat index, in a tile of `tile` laid out along `dims`."""
+    def flat(index: dict[str, str]) -> str:
+        text = ""
+        for d in dims:
+            text = index[d] if not text else f"({text}) * {tile[d]} + {index[d]}"
+        return text
+    return flat
+
+
+def _fill_transposed(kw: KernelWriter, code: Code, moved: Access, buffer: str,
+                     tile: dict[str, int], flat: Callable[[dict[str, str]], str],
+                     name: str, j: str, floating: bool) -> None:
+    """Declare `name` and copy `moved`'s tile into it with j last."""
+    code.comment(f"{moved.tensor}'s tile with {j} last (an outer product in vectors "
+                 f"along {j})")
+    dims = [d for d in moved.indices if d != j] + [j]
+    code(f"float {name}[{math.prod(tile[d] for d in dims)}];")
+    last = moved.indices[-1]
+    if tile[last] % kw.lanes or tile[j] % kw.lanes or not floating:
+        with kw.tile_loops(code, moved.indices, [tile[d] for d in moved.indices]) as at:
+            code(f"{name}[{flat(at)}] = {_source(kw, buffer, at)};")
+    else:
+        _transpose_blocks(kw, code, moved, buffer, tile, flat, name, j)
 
 
 def _transpose_blocks(kw: KernelWriter, code: Code, moved: Access, buffer: str,
