@@ -142,11 +142,11 @@ def main(argv: list[str]) -> int:
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS=str(threads))
     if args.one_thread:
         env.update(OMP_THREAD_LIMIT="1", OMP_NUM_THREADS="1")
-    child = subprocess.run([sys.executable, __file__, "--measure-child", str(out),
+    done = subprocess.run([sys.executable, __file__, "--measure-child", str(out),
                             "--runs", str(args.runs)], capture_output=True, text=True,
                            env=env, check=True)
     measured = {n: {"wall_s": v["wall_s"], "cpu_s": v["cpu_s"] / threads}
-                for n, v in json.loads(child.stdout).items()}
+                for n, v in json.loads(done.stdout).items()}
     load = os.getloadavg()
     rows = [{"kernel": n, "model_ms": model_s.get(n, 0.0) * 1e3,
              "wall_ms": measured[n]["wall_s"] * 1e3, "cpu_ms": measured[n]["cpu_s"] * 1e3}
