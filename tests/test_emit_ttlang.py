@@ -9,6 +9,7 @@ import dataclasses
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -164,6 +165,48 @@ def test_a_copy_of_the_wrong_tile_count_and_a_wrong_result_are_caught(tmp_path: 
     (out / "model.json").write_text(json.dumps({**model, "tiles_read": model["tiles_read"] + 1}))
     traffic = check_ttlang(out)
     assert traffic.ran and not traffic.passed and "DIFFERENT" in traffic.log
+
+
+def test_buffers_other_than_the_schedules_fail_the_check(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """program.py's dataflow buffers (count, and bytes: tiles x tile bytes x block_count)
+    are compared with the schedule's per operation: one more block is caught, as is a
+    schedule whose numbers differ (exit 4 from the CLI); JSON has both per operation."""
+    out = tmp_path / "out"
+    outcome = _emit(str(_matmul(tmp_path)), {}, out)
+    check = outcome.emitted.check if outcome.emitted else None
+    assert isinstance(check, TtlangCheck) and check.passed
+    [(mine, theirs)] = check.buffers.values()
+    assert mine == theirs and mine[0] == 3 and "dataflow buffers: as the schedule's" in check.log
+    good = (out / "program.py").read_text()
+    line = next(x for x in good.splitlines() if x.strip().startswith("A_l1_dfb ="))
+    (out / "program.py").write_text(good.replace(line, line.replace("block_count=1",
+                                                                     "block_count=2")))
+    more = check_ttlang(out)
+    assert more.ran and not more.passed, more.log
+    [(declared, schedule)] = more.buffers.values()
+    assert declared[1] - schedule[1] == 4 * 32 * 32 * 4  # A's block: 1x4 f32 tiles
+    assert "program.py declares 3" in more.log and "DIFFERENT" in more.log
+    monkeypatch.setattr(target("ttlang"), "emit", _undercounting(target("ttlang").emit))
+    result = CliRunner().invoke(app, ["solve", str(_matmul(tmp_path)), "--hw", "wormhole",
+                                      "--emit", "ttlang", "--out", str(tmp_path / "u"),
+                                      "--json"])
+    assert result.exit_code == 4, result.output
+    data = json.loads(result.output)["emitted"]["ttlang"]
+    [numbers] = data["dataflow_buffers"].values()
+    assert numbers["buffers"] == numbers["model_buffers"] + 1
+
+
+def _undercounting(emit: Any) -> Any:
+    """The target's emit with the schedule's buffer count one short in model.json."""
+    def wrapped(*args: Any) -> Any:
+        files = emit(*args)
+        path = next(f for f in files if f.name == "model.json")
+        model = json.loads(path.read_text())
+        model["buffers"] = {op: [n - 1, b] for op, (n, b) in model["buffers"].items()}
+        path.write_text(json.dumps(model))
+        return files
+    return wrapped
 
 
 def test_json_keys_and_exit_codes(tmp_path: Path) -> None:

@@ -514,6 +514,8 @@ def capacity_constraints(kt: KernelTerms, workload: Workload) -> list[NamedConst
                         for use in kt.resident(slot)))
         shared = device_combine_capacity(kt, workload, mem)  # one per instance
         usable = mem.usable
+        if slot == len(kt.slots) - 1 and kt.hw.compute.tiling.edge:  # a tiled core's
+            used = ex.add(used, tiled.dataflow_terms(kt, workload).extra_bytes)  # 2nd DFBs
         if slot == len(kt.slots) - 1 and kt.kernel.online is not None:
             from synth.constraints.online_terms import footprint, step_capacity
             used = ex.add(used, footprint(kt, element_bytes(kt, workload, kt.kernel.use(

@@ -22,8 +22,9 @@ statements in order, by what each kind of operation reads (`live_tiles`):
   (matmul, reductions), so it is packed out.
 
 `capacity.dst`: sub_h x sub_w x (peak live tiles) <= DST tiles for the kernel's widest dtype
-in the model's sync mode. `count.buffers`: one dataflow buffer per tensor a kernel
-touches, at most `MAX_BUFFERS` (the simulator's and tt-metal's limit per core).
+in the model's sync mode. `count.buffers`: the dataflow buffers of a kernel (one per tensor
+it touches and the second ones its loop nest needs, `synth.ir.dataflow`), at most
+`MAX_BUFFERS` (the simulator's and tt-metal's limit per core).
 """
 
 from __future__ import annotations
@@ -170,17 +171,21 @@ def dst_constraints(workload: Workload, kernel: KernelSpec, block: dict[str, ex.
     return out
 
 
-def buffer_count(kernel: KernelSpec) -> int:
-    """Dataflow buffers the kernel needs on a core: one per tensor it touches."""
-    return len(kernel.uses)
-
-
-def count_constraints(kernel: KernelSpec) -> list[NamedConstraint]:
-    """At most `MAX_BUFFERS` dataflow buffers per core."""
+def count_constraints(kt: KernelTerms, workload: Workload) -> list[NamedConstraint]:
+    """At most `MAX_BUFFERS` dataflow buffers per core: one per tensor the kernel touches
+    and the second ones its loop nest needs (`tiled.dataflow_terms`: a loaded block
+    computed into, a stored block read again, an accumulator across a loop)."""
+    from synth.constraints.tiled import dataflow_terms
+    terms = dataflow_terms(kt, workload)
+    per_tensor = len(kt.kernel.uses)
+    extra = ", ".join(terms.fixed)
+    maybe = ", ".join(terms.maybe)
+    detail = "".join((f" + {extra}" if extra else "",
+                      f" + {maybe} when a loop accumulates into it" if maybe else ""))
     return [NamedConstraint(
-        "count.buffers", f"kernel {kernel.name}: {buffer_count(kernel)} dataflow buffers "
-        f"fit the {MAX_BUFFERS} a core has", ex.Cmp(ex.const(buffer_count(kernel)), "<=",
-                                                   ex.const(MAX_BUFFERS)))]
+        "count.buffers", f"kernel {kt.kernel.name}: {per_tensor} dataflow buffers (one "
+        f"per tensor){detail} fit the {MAX_BUFFERS} a core has",
+        ex.Cmp(terms.count, "<=", ex.const(MAX_BUFFERS)))]
 
 
 def tiled_constraints(kt: KernelTerms, workload: Workload,
@@ -193,7 +198,7 @@ def tiled_constraints(kt: KernelTerms, workload: Workload,
     kernel = kt.kernel
     innermost = len(kt.slots) - 1
     block = {d: kt.tile(d, innermost) for d in kernel.dims}
-    out = (count_constraints(kernel) + local_reduction_constraints(kt)
+    out = (count_constraints(kt, workload) + local_reduction_constraints(kt)
            + online_constraints(kt))
     if kt.packed is not None:  # tiles are the matrix engine's blocks: always packed
         out.append(NamedConstraint("implied", f"kernel {kernel.name}: a matmul of tiles runs "
@@ -232,6 +237,31 @@ def model_dram_tiles(model: Model, env: Mapping[str, int]) -> tuple[int, int]:
             read += tiles if use.read else 0
             written += tiles if use.written else 0
     return read, written
+
+
+def model_dataflow(model: Model, env: Mapping[str, int]) -> dict[str, tuple[int, int]]:
+    """Per chosen kernel, the dataflow buffers the cost model counts at `env` and their
+    bytes on one core (`count.buffers` and `capacity.<innermost>`: a block per tensor
+    times its block count, and `tiled.dataflow_terms`' second buffers), which
+    `synth.ir.dataflow.kernel_usage` derives from the loop nest and the tt-lang emitter
+    declares."""
+    import dataclasses
+
+    from synth.constraints.cost import KernelTerms, element_bytes
+    from synth.constraints.tiled import block_bytes, dataflow_terms
+    out = {}
+    mem = model.hw.memories[-1]
+    for kernel in model.selected(env):
+        kt = dataclasses.replace(KernelTerms(kernel, model.factors, model.hw),
+                                 buffered=model.buffers.get(kernel.name, {}))
+        slot = len(kt.slots) - 1
+        blocks = kt.buffered.get(slot, ex.ONE)
+        terms = dataflow_terms(kt, model.workload)
+        used = ex.add(terms.extra_bytes, *(ex.mul(block_bytes(
+            kt, use, slot, element_bytes(kt, model.workload, use, mem)),
+            ex.ONE if use.local else blocks) for use in kt.resident(slot)))
+        out[kernel.name] = (ex.evaluate(terms.count, env), ex.evaluate(used, env))
+    return out
 
 
 def online_constraints(kt: KernelTerms) -> list[NamedConstraint]:

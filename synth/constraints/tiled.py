@@ -18,6 +18,7 @@ Built on `cost`'s terms; `cost.tensor_transfer_cost`, `cost.first_transfer_cost`
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from fractions import Fraction
 from typing import TYPE_CHECKING
 
@@ -25,7 +26,9 @@ from synth.constraints import cost  # cost calls in here: its names are looked u
 from synth.constraints import expr as ex
 from synth.constraints.space import TensorUse
 from synth.hardware import Memory
+from synth.ir.dataflow import IDENTITY
 from synth.tiles import tile_units
+from synth.workload import Num, Workload
 
 if TYPE_CHECKING:
     from synth.constraints.cost import KernelTerms
@@ -89,3 +92,88 @@ def first_block_cost(kt: KernelTerms, use: TensorUse, mem: Memory, slot: int,
     partial result and the block's tiles' bytes."""
     return ex.add(ex.mul(cost._latency_ps(mem, use), kt.partials(slot, use)),
                   ex.mul(_per_byte(mem, use), block_bytes(kt, use, slot, itemsize)))
+
+
+# ---------------------------------------------------------------- dataflow buffers
+
+
+@dataclass(frozen=True)
+class DataflowTerms:
+    """The dataflow buffers of a kernel on a tiled core beyond one per tensor (what
+    `synth.ir.dataflow.kernel_buffers` derives from the loop nest and the tt-lang
+    emitter declares): their number and bytes as terms over the decisions."""
+
+    count: ex.Int  # all of the kernel's buffers, one per tensor included
+    extra_bytes: ex.Int  # the X_in, X_out and X_acc buffers' bytes
+    fixed: tuple[str, ...]  # X_in / X_out names, for the constraints' meaning
+    maybe: tuple[str, ...]  # X_acc names: present when a loop accumulates into X
+
+
+def dataflow_terms(kt: KernelTerms, workload: Workload) -> DataflowTerms:
+    """Per tensor of the innermost memory (`synth.ir.dataflow`): `X_in` (its block count)
+    when it is loaded and computed into, `X_out` when it is stored and read by one of the
+    kernel's statements, `X_acc` (two blocks) when a core statement accumulates into it
+    inside a loop its block is resident across."""
+    slot = len(kt.slots) - 1
+    mem = kt.hw.memories[-1]
+    kernel = kt.kernel
+    targets = {s.target for s in kernel.statements}
+    read = {t for s in kernel.statements for t in s.inputs}
+    count: list[ex.Int] = [ex.const(len(kt.resident(slot)))]
+    extra: list[ex.Int] = []
+    fixed: list[str] = []
+    maybe: list[str] = []
+    for use in kt.resident(slot):
+        block = block_bytes(kt, use, slot, cost.element_bytes(kt, workload, use, mem))
+        blocks = ex.ONE if use.local else kt.buffered.get(slot, ex.ONE)
+        rmw = use.read and not use.local and use.tensor in targets
+        roles = [("in", rmw), ("out", use.written and not use.local and use.tensor in read)]
+        for role, present in roles:
+            if present:
+                count.append(ex.ONE)
+                extra.append(ex.mul(block, blocks))
+                fixed.append(f"{use.tensor}_{role}")
+        looped = accumulated(kt, use, slot, rmw, workload)
+        if looped is not False:
+            count.append(ex.select(looped, 1, 0))
+            extra.append(ex.select(looped, ex.mul(2, block), 0))
+            maybe.append(f"{use.tensor}_acc")
+    return DataflowTerms(ex.add(*count), ex.add(*extra) if extra else ex.ZERO,
+                         tuple(fixed), tuple(maybe))
+
+
+def accumulated(kt: KernelTerms, use: TensorUse, slot: int, rmw: bool,
+                workload: Workload) -> ex.Cond | bool:
+    """Whether a core statement of the kernel accumulates into `use` inside a loop that
+    its block is resident across (a sequential loop over a dimension it is not indexed
+    by, with no later loop walking it: `cost.copy_loops`), its block started by a load
+    (`rmw`), the identity or a statement `X = 0`: the accumulator pattern."""
+    kernel = kt.kernel
+    if not any(s.target == use.tensor for s in kernel.core):
+        return False
+    constants = [s.expr.value for s in kernel.statements
+                 if s.target == use.tensor and isinstance(s.expr, Num)
+                 and any(o.target == use.tensor and o.accumulates for o in workload.statements)]
+    reductions = [s.op.value for s in kernel.core if s.target == use.tensor and s.accumulates]
+    if any(IDENTITY.get(op) != value for value in constants for op in reductions[:1]):
+        return True  # `C = 1; C += ...`: the sum starts from a block that is not the identity
+    starts = rmw or constants or any(kernel.initialised(s) for s in kernel.core
+                                     if s.target == use.tensor)
+    if not starts:
+        return False
+    optional = cost.copy_loops(kt.slots, kernel, slot).optional
+    conds: list[ex.Cond | bool] = []
+    for pos, loop in enumerate(optional):
+        if loop.dim in use.indices:
+            continue
+        steps = ex.greater_than_one(kt.f(loop.dim, loop.slot))
+        if steps is False:
+            continue
+        # no later loop walks the tensor: their factors' product is 1 (factors are >= 1)
+        later = ex.mul(*(kt.f(lp.dim, lp.slot) for lp in optional[pos + 1:]
+                         if lp.dim in use.indices))
+        if later == ex.ONE:
+            conds.append(steps)
+        else:  # steps and later == 1
+            conds.append(ex.Cmp(ex.select(steps, later, 0), "==", ex.ONE))
+    return ex.any_of(conds)

@@ -3,7 +3,9 @@
 One `@ttl.operation` per kernel, on the schedule's grid (`grid=(cols, rows)`: the
 kernel's parallel loops over the model's `col` and `row` levels), with one dataflow
 buffer per tile of the kernel (its block shape in 32x32 tiles, `block_count` the
-schedule's `buffers` decision; 2 for an accumulator read and rewritten across a loop),
+schedule's `buffers` decision) and the second ones its loop nest needs (`X_in`, `X_out`,
+and `X_acc` with 2 blocks for an accumulator read and rewritten across a loop: the list
+is `synth.ir.dataflow.kernel_buffers`, which the cost model counts too),
 a reader and a writer `@ttl.datamovement()` and one `@ttl.compute()`, all three walking
 the kernel's sequential loops. The loop nest is the materialised program (`synth.ir`):
 
@@ -44,6 +46,7 @@ from typing import TypeVar
 
 from synth.constraints.cost import contraction
 from synth.errors import InputError
+from synth.ir.dataflow import folded, initial, kernel_buffers, roles
 from synth.ir.nodes import (
     Affine,
     Alloc,
@@ -80,7 +83,6 @@ EDGE = 32  # elements per tile edge (the model's `tile`)
 _COMBINE = {"+=": "({} + {})", "*=": "({} * {})", "max=": "ttl.math.max({}, {})",
             "min=": "ttl.math.min({}, {})"}
 REDUCE = {"+=": "reduce_sum", "max=": "reduce_max"}  # row reductions tt-lang has
-IDENTITY = {"+=": 0, "*=": 1, "max=": -math.inf, "min=": math.inf}
 FUNCTIONS = ("exp", "log", "sqrt", "rsqrt", "recip", "tanh", "abs")
 INDENT = "    "
 
@@ -457,15 +459,16 @@ def operation_source(program: Program, workload: Workload, kernel: Kernel,
                      lay: Mapping[str, Layout], accumulator_blocks: int = 2) -> str:
     """One kernel as a tt-lang operation (`accumulator_blocks` 1 only to test that the
     simulator catches the deadlock it makes)."""
+    found = roles(kernel, workload)
     ctx = Ctx(program, workload, kernel, {a.name: a for a, _ in _allocs(kernel.body, {})},
-              lay, rmw=read_modify_write(kernel), forward=forwarded(kernel))
+              lay, set(found.accumulators), set(found.rmw), set(found.forward))
     outer, body = _parallel_chain(ctx, kernel.body)
     compute = _compute(ctx, body, 2, frozenset())
     tensors = _kernel_tensors(ctx)
     cols = _count(outer, "col")
     rows = _count(outer, "row")
     lines = [f"@ttl.operation(grid=({cols}, {rows}))",
-             f"def {_ident(kernel.name)}({', '.join(tensors)}):"]
+             f"def {op_name(kernel.name)}({', '.join(tensors)}):"]
     lines += [f"{INDENT}# schedule: kernel {kernel.name}, grid {cols} cols x {rows} rows"]
     for name in tensors:
         view = lay[name]
@@ -475,17 +478,10 @@ def operation_source(program: Program, workload: Workload, kernel: Kernel,
                        else f"columns {'x'.join(map(str, view.mid))} x {view.cols}")
             lines.append(f"{INDENT}# {name}{list(shape)} viewed as {view.height} x "
                          f"{view.width} (one block per leading index: {stacked})")
-    for name, decl in ctx.decls.items():
-        dfbs = [(name, decl.buffers)]
-        if name in ctx.rmw:
-            dfbs.insert(0, (f"{name}_in", decl.buffers))
-        if name in ctx.forward:
-            dfbs.append((f"{name}_out", decl.buffers))
-        if name in ctx.accumulators:  # read and rewritten: two blocks, or it deadlocks
-            dfbs.insert(0, (f"{name}_acc", accumulator_blocks))
-        for dfb, count in dfbs:
-            lines.append(f"{INDENT}{dfb}_dfb = ttl.make_dataflow_buffer_like("
-                         f"{decl.tensor}, shape={_shape(ctx, name)}, block_count={count})")
+    for dfb in kernel_buffers(kernel, workload, accumulator_blocks):  # `synth.ir.dataflow`
+        lines.append(f"{INDENT}{dfb.name}_dfb = ttl.make_dataflow_buffer_like("
+                     f"{ctx.decls[dfb.buffer].tensor}, shape={_shape(ctx, dfb.buffer)}, "
+                     f"block_count={dfb.blocks})")
     node = _node_lines(outer)
     lines += ["", f"{INDENT}@ttl.datamovement()", f"{INDENT}def read():", *node,
               *_dm(ctx, body, 2, lay, Load), "",
@@ -495,7 +491,7 @@ def operation_source(program: Program, workload: Workload, kernel: Kernel,
     return "\n".join(lines) + "\n"
 
 
-def _ident(name: str) -> str:
+def op_name(name: str) -> str:
     return "op_" + "".join(c if c.isalnum() or c == "_" else "_" for c in name)
 
 
@@ -543,22 +539,6 @@ def initial_values(program: Program, workload: Workload) -> dict[str, float]:
             if isinstance(node, Store):
                 written.add(node.dst)
     return out
-
-
-def forwarded(kernel: Kernel) -> set[str]:
-    """Buffers a compute writes, a later compute reads and the writer stores: the compute
-    forwards the block to the writer through a second dataflow buffer (`X_out`), since a
-    dataflow buffer has one consumer."""
-    stored = {n.src for n in walk(kernel.body) if isinstance(n, Store)}
-    read = {b for n in walk(kernel.body) if isinstance(n, Compute) for b in n.operands.values()}
-    return stored & read
-
-
-def read_modify_write(kernel: Kernel) -> set[str]:
-    """Buffers loaded from DRAM and accumulated into: the loaded block and the result
-    travel in two dataflow buffers (`X_in` from the reader, `X` to the writer)."""
-    loaded = {n.dst for n in walk(kernel.body) if isinstance(n, Load)}
-    return {n.out for n in walk(kernel.body) if isinstance(n, Compute) and n.out in loaded}
 
 
 def _count(outer: list[Loop], level: str) -> int:
@@ -618,22 +598,20 @@ def _compute(ctx: Ctx, body: tuple[Node, ...], depth: int, opened: frozenset[str
         if isinstance(node, Load):
             block = f"{node.dst}_in" if node.dst in ctx.rmw else node.dst
             lines.append(f"{pad}with {block}_dfb.wait() as {block}:")
-            if node.dst in ctx.rmw and _accumulated_in_loop(node.dst, rest):
-                ctx.accumulators.add(node.dst)  # the loaded block starts the accumulator
+            if node.dst in ctx.rmw and node.dst in ctx.accumulators:
                 lines += [f"{pad}{INDENT}with {node.dst}_acc_dfb.reserve() as acc:",
                           f"{pad}{INDENT * 2}acc.store({block})"]
             return [*lines, *_compute(ctx, rest, depth + 1, opened | {block})]
         if isinstance(node, Loop):
             inner = _compute(ctx, node.body, depth + 1, opened) or [f"{pad}{INDENT}pass"]
             lines += [f"{pad}for {node.var.name} in range({node.var.extent}):", *inner]
-        elif isinstance(node, Fill | Compute) and _initial(ctx, node) is not None:
+        elif isinstance(node, Fill | Compute) and _starts(ctx, node, rest):
             buffer, value = _initial(ctx, node) or ("", 0)
-            if not _folded(ctx, buffer, value, rest):
+            if buffer in ctx.accumulators:  # else folded into the reduction after it
                 shape = _shape(ctx, buffer)
                 lines += [f"{pad}with {buffer}_acc_dfb.reserve() as acc:",
                           f"{pad}{INDENT}acc.store(ttl.block.fill({literal(value)}, "
                           f"shape={shape}))"]
-                ctx.accumulators.add(buffer)
         elif isinstance(node, Store) and node.src in ctx.forward:
             if node.src not in opened:
                 return [*lines, f"{pad}with {_dfb(ctx, node.src)}.wait() as {node.src}:",
@@ -666,40 +644,21 @@ def _dfb(ctx: Ctx, buffer: str) -> str:
     return f"{buffer}_acc_dfb" if buffer in ctx.accumulators else f"{buffer}_dfb"
 
 
-def _accumulated_in_loop(buffer: str, rest: tuple[Node, ...]) -> bool:
-    """A loaded block that a loop after its load accumulates into (a reduction split in
-    steps, its target read from DRAM): it needs the accumulator pattern."""
-    return any(isinstance(n, Loop) and any(isinstance(c, Compute) and c.out == buffer
-                                           for c in walk(n.body)) for n in rest)
-
-
 def _read_later(buffer: str, rest: tuple[Node, ...]) -> bool:
     return any(isinstance(n, Compute) and buffer in n.operands.values() for n in walk(rest))
 
 
 def _initial(ctx: Ctx, node: Fill | Compute) -> tuple[str, float | int] | None:
-    """(buffer, value) when `node` sets an L1 block to a constant (a fill, or a statement
-    `C[m, n] = 0` fused before its reduction); None otherwise."""
-    if isinstance(node, Fill):
-        return (node.buffer, node.value) if node.buffer in ctx.decls else None
-    stmt = ctx.workload.statement(node.statement)
-    later = [s for s in ctx.workload.statements if s.target == stmt.target and s.accumulates]
-    if isinstance(stmt.expr, Num) and later:
-        return node.out, stmt.expr.value
-    return None
+    return initial(ctx.workload, frozenset(ctx.decls), node)
 
 
-def _folded(ctx: Ctx, buffer: str, value: float | int, rest: tuple[Node, ...]) -> bool:
-    """An identity (0 for +=, -inf for max=) that the next statement touching its buffer
-    in this body reduces into: that statement stores its value directly, no accumulator."""
-    for node in rest:
-        if isinstance(node, Compute) and node.out == buffer:
-            op = ctx.workload.statement(node.statement).op.value
-            return IDENTITY.get(op) == value
-        if isinstance(node, Loop) and any(isinstance(n, Compute) and n.out == buffer
-                                          for n in walk(node.body)):
-            return False
-    return False
+def _starts(ctx: Ctx, node: Fill | Compute, rest: tuple[Node, ...]) -> bool:
+    """`node` sets a block to a constant that starts an accumulator
+    (`synth.ir.dataflow.accumulators`) or that the reduction after it folds in; a
+    statement `C = 0` whose kernel computes nothing more into C is a plain compute."""
+    start = _initial(ctx, node)
+    return start is not None and (start[0] in ctx.accumulators
+                                  or folded(ctx.workload, start[0], start[1], rest))
 
 
 def _compute_node(ctx: Ctx, node: Compute, pad: str) -> list[str]:
@@ -836,5 +795,5 @@ def program_source(program: Program, workload: Workload, accumulator_blocks: int
     for kernel in program.kernels:
         ctx = Ctx(program, workload, kernel, {a.name: a for a, _ in _allocs(kernel.body, {})})
         args = ", ".join(f"tensors[{t!r}]" for t in _kernel_tensors(ctx))
-        calls.append(f"{INDENT}{_ident(kernel.name)}({args})")
+        calls.append(f"{INDENT}{op_name(kernel.name)}({args})")
     return "\n".join(head) + "\n\n".join(ops) + DRIVER.replace("{calls}", "\n".join(calls))

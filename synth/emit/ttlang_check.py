@@ -3,7 +3,9 @@
 traffic with `tt-lang-sim-stats`, and compare every output with the reference.
 
 A crash, a deadlock the simulator reports, a timeout, an output outside the reference's
-error bounds, or DRAM traffic different from the schedule's is a failed check. The
+error bounds, DRAM traffic different from the schedule's, or dataflow buffers (per
+operation: how many, and their bytes, tiles x tile bytes x block_count, as `program.py`
+declares them) other than the schedule's or past the core's limits is a failed check. The
 1.1.6 wheel's `sim/diagnostics.py` loads a file the wheel does not ship, so a kernel error
 would surface as a FileNotFoundError that hides the simulator's message: `python -m
 synth.emit.ttlang_check --run program.py ...` runs the simulator with plain printers in
@@ -22,7 +24,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +50,9 @@ class TtlangCheck:
     model_tiles_written: int
     seconds: float
     log: str
+    # per operation: [buffers, bytes] declared in program.py, [buffers, bytes] the
+    # schedule holds (the cost model's count.buffers and capacity terms)
+    buffers: Mapping[str, tuple[list[int], list[int]]] = field(default_factory=dict)
 
 
 def require_simulator() -> None:
@@ -63,17 +68,68 @@ def check_ttlang(out_dir: str | Path, timeout_s: float = 600.0) -> TtlangCheck:
     start = time.perf_counter()
     model = json.loads((out / MODEL).read_text(encoding="utf-8"))
     reads, writes = model["tiles_read"], model["tiles_written"]
+    buffers, fits, notes = compare_buffers(
+        declared_buffers((out / "program.py").read_text(encoding="utf-8"),
+                         model["tile_bytes"]), model)
     ok, log = run_simulator(out, timeout_s)
     if not ok:
         return TtlangCheck(False, False, None, None, None, None, reads, writes,
-                           time.perf_counter() - start, log)
+                           time.perf_counter() - start, "\n".join([log, *notes]), buffers)
     traffic = dram_traffic(out / TRACE)
     pcc, err, lines, matched = compare_outputs(out, model["outputs"])
     same = traffic == (reads, writes)
     lines.append(f"DRAM tiles read/written: simulator {traffic[0]}/{traffic[1]}, schedule "
                  f"{reads}/{writes}: {'equal' if same else 'DIFFERENT'}")
-    return TtlangCheck(True, matched and same, pcc, err, traffic[0], traffic[1], reads,
-                       writes, time.perf_counter() - start, log + "\n".join(lines))
+    return TtlangCheck(True, matched and same and fits, pcc, err, traffic[0], traffic[1],
+                       reads, writes, time.perf_counter() - start,
+                       log + "\n".join([*lines, *notes]), buffers)
+
+
+DECLARATION = re.compile(r"(\w+)_dfb = ttl\.make_dataflow_buffer_like\((\w+), "
+                         r"shape=\((\d+), (\d+)\), block_count=(\d+)\)")
+
+
+def declared_buffers(source: str, tile_bytes: Mapping[str, int]) -> dict[str, list[int]]:
+    """Per operation of `program.py` (`def op_...` after `@ttl.operation`), its dataflow
+    buffers and their bytes: tiles of the block x the tensor's tile bytes x block_count
+    (what the simulator allocates in L1)."""
+    out: dict[str, list[int]] = {}
+    operation = None
+    for line in source.splitlines():
+        found = re.match(r"def (op_\w+)\(", line)
+        if found:
+            operation = found.group(1)
+            out[operation] = [0, 0]
+        declared = DECLARATION.search(line)
+        if declared and operation is not None:
+            _, tensor, rows, cols, blocks = declared.groups()
+            out[operation][0] += 1
+            out[operation][1] += int(rows) * int(cols) * int(blocks) * tile_bytes[tensor]
+    return out
+
+
+def compare_buffers(declared: Mapping[str, list[int]], model: Mapping[str, Any]
+                    ) -> tuple[dict[str, tuple[list[int], list[int]]], bool, list[str]]:
+    """The declared buffers against the schedule's (equal) and the core's limits."""
+    schedule = {op: list(numbers) for op, numbers in model["buffers"].items()}
+    limit, l1 = model["max_buffers"], model["l1_bytes"]
+    both = {op: (declared.get(op, [0, 0]), schedule.get(op, [0, 0]))
+            for op in {**schedule, **declared}}
+    notes, fits = [], True
+    for op, (mine, theirs) in sorted(both.items()):
+        equal = mine == theirs
+        within = mine[0] <= limit and mine[1] <= l1
+        fits = fits and equal and within
+        if not equal or not within:
+            notes.append(f"dataflow buffers of {op}: program.py declares {mine[0]} "
+                         f"({mine[1]} bytes), the schedule holds {theirs[0]} ({theirs[1]} "
+                         f"bytes), a core has {limit} ({l1} bytes): "
+                         f"{'DIFFERENT' if not equal else 'PAST THE LIMIT'}")
+    if fits:
+        notes.append(f"dataflow buffers: as the schedule's in every operation (at most "
+                     f"{max((m[0] for m, _ in both.values()), default=0)} of {limit}, "
+                     f"{max((m[1] for m, _ in both.values()), default=0)} of {l1} bytes)")
+    return both, fits, notes
 
 
 def run_simulator(out: Path, timeout_s: float) -> tuple[bool, str]:

@@ -9,10 +9,12 @@ from pathlib import Path
 
 import numpy as np
 
-from synth.emit.ttlang import block_tile_count, layouts, program_source
+from synth.constraints.dst import MAX_BUFFERS
+from synth.emit.ttlang import block_tile_count, layouts, op_name, program_source
 from synth.emit.ttlang_check import MODEL, TtlangCheck, check_ttlang, require_simulator
 from synth.errors import InputError
 from synth.hardware import Hardware
+from synth.ir.dataflow import kernel_usage
 from synth.ir.nodes import Alloc, Load, Loop, Node, Program, Store, walk
 from synth.workload import Workload
 
@@ -65,10 +67,18 @@ class TtlangTarget:
         files = [out_dir / "program.py", out_dir / MODEL]
         files[0].write_text(source, encoding="utf-8")
         read, written = schedule_tiles(program, workload)
+        edge = hw.compute.tiling.edge
         files[1].write_text(json.dumps({
             "tiles_read": read, "tiles_written": written,
-            "outputs": {t.name: t.dtype.value for t in workload.outputs}}, indent=1) + "\n",
-            encoding="utf-8")
+            "outputs": {t.name: t.dtype.value for t in workload.outputs},
+            # the dataflow buffers the schedule holds per core (`synth.ir.dataflow`, the
+            # cost model's count.buffers and capacity terms) and the hardware's limits
+            "buffers": {op_name(k.name): kernel_usage(k, workload, edge)
+                        for k in program.kernels},
+            "tile_bytes": {t.name: edge * edge * t.dtype.itemsize
+                           for t in workload.tensors.values()},
+            "max_buffers": MAX_BUFFERS, "l1_bytes": hw.memories[-1].usable}, indent=1)
+            + "\n", encoding="utf-8")
         for prefix, arrays in (("input", inputs), ("expected", expected), ("bound", bounds)):
             for name, array in arrays.items():
                 path = data / f"{prefix}_{name}.npy"
@@ -83,6 +93,10 @@ class TtlangTarget:
         found = check if isinstance(check, TtlangCheck) else None
         data: dict[str, object] = {key: getattr(found, key) if found else None
                                    for key in CHECK_KEYS}
+        data["dataflow_buffers"] = ({op: {"buffers": mine[0], "bytes": mine[1],
+                                          "model_buffers": theirs[0], "model_bytes": theirs[1]}
+                                     for op, (mine, theirs) in found.buffers.items()}
+                                    if found else None)
         data["seconds"] = found.seconds if found else None
         data["log"] = found.log[-4000:] if found else None
         return data

@@ -7,19 +7,25 @@ the IR itself, so a bug in the constraints shows up here as a rejected loop nest
 - dataflow: every tile a compute reads was loaded or computed before, and every
   accumulator was loaded or filled;
 - bounds: a child tile lies inside its parent's tile for every value of the loops;
-- capacity: per memory instance, live tiles fit the usable bytes;
+- capacity: per memory instance, live tiles fit the usable bytes; on a tiled model
+  (Tenstorrent) in the cost model's units: the innermost memory holds the kernel's
+  dataflow buffers (`synth.ir.dataflow`: one per tile and the second ones its nest
+  needs), whole tiles x tile bytes x block count each, at most `dst.MAX_BUFFERS` of them;
 - transfer rules: each transfer's contiguous run meets the memory's minimum and alignment.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from synth.constraints.dst import MAX_BUFFERS
 from synth.constraints.roofline import register_bytes
 from synth.errors import IRError
 from synth.hardware import Hardware, Memory
 from synth.ir import online
+from synth.ir.dataflow import block_bytes, kernel_buffers
 from synth.ir.nodes import (
     Alloc,
     BufferDecl,
@@ -72,11 +78,20 @@ class KernelCheck:
         self.usage: dict[str, int] = {}  # memory -> bytes per instance over the kernel
         self.partials: set[str] = set()  # partial-result buffers still to be combined
         self.plain = online.step_in_cache(kernel, hw)  # an online step's C arrays
+        # a tiled core: blocks of each buffer over its dataflow buffers (X, X_in, ...)
+        self.blocks: Counter[str] = Counter()
+        if hw.compute.tiling.edge:
+            for dfb in kernel_buffers(kernel, workload):
+                self.blocks[dfb.buffer] += dfb.blocks
 
     def run(self) -> set[str]:
         """Check the kernel; the globals holding data after it."""
         scope = _Scope(dict(self.globals), [], set(self.holding))
         self._block(self.kernel.body, scope)
+        dfbs = len(kernel_buffers(self.kernel, self.workload)) if self.blocks else 0
+        if dfbs > MAX_BUFFERS:
+            raise IRError(f"kernel {self.kernel.name}: expected at most {MAX_BUFFERS} "
+                          f"dataflow buffers on a core, got {dfbs}")
         for memory, used in self.usage.items():
             usable = online.usable(self.kernel, self.hw, memory)
             if used > usable:
@@ -198,6 +213,11 @@ class KernelCheck:
             return
         copies = instance_copies(buf, scope.loops, self.hw,
                                  lambda loop: _extent_of(self.kernel, loop))
+        edge = self.hw.compute.tiling.edge
+        if edge and buf.memory == self.hw.memories[-1].name:  # whole tiles, per DFB
+            self.usage[buf.memory] = self.usage.get(buf.memory, 0) + copies * \
+                self.blocks[buf.name] * block_bytes(self.kernel, buf, edge)
+            return
         self.usage[buf.memory] = self.usage.get(buf.memory, 0) + copies * \
             buffer_bytes(online.counted(self.kernel, self.hw, buf) if self.plain else buf,
                          self.hw.memory(buf.memory), buf.dtype.itemsize if self.plain
