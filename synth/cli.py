@@ -209,6 +209,14 @@ def check_time_limit(text: str | float) -> float:
     return seconds
 
 
+def parse_jobs(text: str | None) -> int:
+    """`--jobs N`: solver processes, 1..1024 (not given: the usable cores)."""
+    if text is None:
+        from synth import processes
+        return processes.usable_cores()
+    return parse_int(text, "--jobs N (solver processes)", 1, 1024)
+
+
 def parse_measure(text: str | None) -> int:
     """`--measure K`: a number of schedules, 1..64 (0: not asked)."""
     if text is None:
@@ -391,6 +399,10 @@ def solve(
         help=f"Solver backend: {' | '.join(SOLVERS)}.")] = "cpsat",
     time_limit: Annotated[str, typer.Option(
         "--time-limit", metavar="SEC", help="Solver time limit in seconds.")] = "30",
+    jobs: Annotated[str | None, typer.Option(
+        "--jobs", metavar="N",
+        help="Processes that solve candidate kernels side by side on large workloads "
+             "(default: usable cores; the schedule does not depend on it).")] = None,
     as_json: Annotated[bool, typer.Option(
         "--json", help="Print one JSON report object to stdout and nothing else.")] = False,
     no_validate: Annotated[bool, typer.Option(
@@ -441,7 +453,7 @@ def solve(
                           validate=not no_validate, constraints=tuple(constraint or []),
                           fixes=tuple(fix or []), drops=tuple(drop or []),
                           binding=binding, ranges=ranges, emit=emit, out_dir=out,
-                          measure=parse_measure(measure))
+                          measure=parse_measure(measure), jobs=parse_jobs(jobs))
         if show_constraints:
             from synth import render
             return render.show_constraints_of(request, as_json)

@@ -75,6 +75,7 @@ class Request:
     emit: str | None = None  # --emit TARGET: write the program's source for that target
     out_dir: str | None = None  # --out DIR: where
     measure: int = 0  # --measure K: time the K best schedules as C, keep the fastest
+    jobs: int = 1  # --jobs N: processes solving candidate kernels side by side (cpsat)
 
     def solved_sizes(self) -> dict[str, int]:
         """The sizes the schedule is solved at: `sizes`, and each range's largest value
@@ -217,9 +218,9 @@ def what_if(hw: Hardware, drops: Sequence[str]) -> Hardware:
     return dataclasses.replace(hw, memories=tuple(relaxed(m) for m in hw.memories))
 
 
-def solve(model: Model, solver: str, time_limit_s: float) -> SolveResult:
+def solve(model: Model, solver: str, time_limit_s: float, jobs: int = 1) -> SolveResult:
     if solver == "cpsat":
-        return cpsat.solve(model.constraints, time_limit_s)
+        return cpsat.solve(model.constraints, time_limit_s, jobs=jobs)
     if solver == "z3":
         return z3backend.solve(model.constraints, time_limit_s)
     if solver == "exhaustive":
@@ -316,7 +317,8 @@ def run(request: Request) -> Outcome:
         measure.require(hw)  # likewise: --measure runs C on this machine's cores
     model = timed("encode", encode, workload, hw, request.constraints, request.fixes,
                   request.drops)
-    result = timed("solve", solve, model, request.solver, max(0.01, deadline.left()))
+    result = timed("solve", solve, model, request.solver, max(0.01, deadline.left()),
+                   request.jobs)
     if result.status is Status.INFEASIBLE:
         conflicts = timed("explain", explain_infeasible, model)
         return Outcome(workload, hw, model, result, None, None, None, timings, conflicts)

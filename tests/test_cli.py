@@ -206,7 +206,7 @@ def test_infeasible_json_has_the_explanation() -> None:
 
 
 def test_timeout_exits_3(monkeypatch: pytest.MonkeyPatch) -> None:
-    def no_solution(model: Any, solver: str, time_limit_s: float) -> SolveResult:
+    def no_solution(model: Any, solver: str, time_limit_s: float, jobs: int) -> SolveResult:
         return SolveResult(solver, Status.TIMEOUT, time_limit_s)
 
     monkeypatch.setattr(synth.pipeline, "solve", no_solution)

@@ -6,12 +6,16 @@ limits far from any case here), never from the wall clock."""
 
 from __future__ import annotations
 
+from concurrent.futures import Future
+from concurrent.futures.process import BrokenProcessPool
+
+import conftest
 import pytest
 from conftest import SMALL_UPMEM, TWO_CORES, benchmark_module, solve
 
 from synth import pipeline
 from synth.constraints import cpsat, decompose, partition
-from synth.constraints.result import Status
+from synth.constraints.result import SolveResult, Status
 from synth.constraints.space import is_fusion_decision
 from synth.deadline import Deadline
 from synth.lang import list_builtin_workloads, parse_workload
@@ -84,6 +88,52 @@ def test_transformer_uses_the_partition_and_proves_its_optimum() -> None:
     result = solve(model.constraints)
     assert result.status is Status.OPTIMAL
     assert result.stats["candidates"] == result.stats["candidates_solved"] == len(names)
+
+
+@pytest.mark.parametrize("hw", ["cpu", "upmem"])
+def test_candidates_in_worker_processes_give_the_same_schedule(hw: str) -> None:
+    """`--jobs 2`: the candidates solved side by side in two processes get the same
+    cutoffs, so the same results and the same schedule as one after the other."""
+    cset = model_of("transformer", hw, REDUCED["transformer"]).constraints
+    alone = cpsat.solve(cset, conftest.WALL_S, work_limit_s=conftest.WORK_S)
+    side_by_side = cpsat.solve(cset, conftest.WALL_S, work_limit_s=conftest.WORK_S, jobs=2)
+    assert alone.status is Status.OPTIMAL
+    assert (side_by_side.status, side_by_side.objective, side_by_side.env) == (
+        alone.status, alone.objective, alone.env)
+    for key in ("candidates_solved", "candidates_dominated", "cover_kernels"):
+        assert side_by_side.stats[key] == alone.stats[key]
+
+
+def test_a_candidate_whose_worker_died_is_solved_here() -> None:
+    """A worker process that dies (the kernel's out-of-memory killer) breaks the pool:
+    its candidate, and every one submitted after, is solved in the calling process,
+    and the answer is the one without workers."""
+    workload = parse_workload(scale.chain(6, 4096), "chain.syn", "chain")
+    hw = pipeline.hardware(pipeline.Request("va", "cpu", hw_overrides=TWO_CORES))
+    cset = pipeline.encode(workload, hw).constraints
+    cache = decompose.PartCache()
+
+    def solve_fixed(cover, limit, most):  # type: ignore[no-untyped-def]
+        return decompose.solve_by_parts(cover, limit, "cpsat", lambda part, left, share: (
+            cpsat._solve_part(part, left, cpsat.Effort(), share, cache.bounds)), cache, most)
+
+    submitted = []
+
+    def dying(cover, limit, most):  # type: ignore[no-untyped-def]
+        submitted.append(cover)
+        if len(submitted) > 3:
+            raise BrokenProcessPool("the pool is broken")  # as pool.submit does then
+        future: Future[SolveResult] = Future()
+        future.set_exception(BrokenProcessPool("a worker died"))
+        return future
+
+    alone = partition.solve(cset, Deadline(3600.0), "cpsat", solve_fixed)
+    broken = partition.solve(cset, Deadline(3600.0), "cpsat", solve_fixed, submit=dying,
+                             jobs=2)
+    assert alone is not None and broken is not None and len(submitted) > 3
+    assert alone.status is Status.OPTIMAL
+    assert (broken.status, broken.objective, broken.env) == (
+        alone.status, alone.objective, alone.env)
 
 
 def test_a_50_statement_chain_is_solved_by_candidates() -> None:

@@ -14,14 +14,17 @@ import gc
 import math
 import time
 from collections.abc import Iterator
+from concurrent.futures import Future, ProcessPoolExecutor
 from typing import Any
 
 import numpy as np
 from ortools.sat.python import cp_model
 
+from synth import processes
 from synth.constraints import expr as ex
 from synth.constraints import tables
 from synth.constraints.decompose import PartCache, solve_by_covers, solve_by_parts
+from synth.constraints.partition import Submit
 from synth.constraints.result import SolveResult, Status
 from synth.constraints.space import ConstraintSet
 from synth.errors import InputError
@@ -282,7 +285,7 @@ def _split_coefficient(term: ex.Prod) -> tuple[int, list[ex.Int]]:
 
 def solve(cset: ConstraintSet, time_limit_s: float = 30.0, workers: int = 1,
           cutoff: int | None = None, cache: PartCache | None = None,
-          work_limit_s: float | None = None) -> SolveResult:
+          work_limit_s: float | None = None, jobs: int = 1) -> SolveResult:
     """Minimise the objective of `cset`: status, solution and proven bound; with
     `cutoff`, INFEASIBLE when no schedule costs at most that. `cache` may be shared by
     solves of sets with the same decisions (e.g. the same model less some constraints):
@@ -297,8 +300,12 @@ def solve(cset: ConstraintSet, time_limit_s: float = 30.0, workers: int = 1,
 
     `work_limit_s` bounds each CP-SAT call by deterministic time too (CP-SAT's own
     measure of work, about a second of a fast core per unit): with one worker, a verdict
-    reached within it does not depend on the machine's speed (tests use it)."""
-    return _solve(cset, time_limit_s, Effort(workers, work_limit_s), cutoff, cache)
+    reached within it does not depend on the machine's speed (tests use it).
+
+    `jobs` > 1: a problem with many fusion candidates (`partition`) solves up to `jobs`
+    candidate kernels at once in worker processes; the result is the same as with one
+    (each candidate's cutoff depends only on candidates solved before it starts)."""
+    return _solve(cset, time_limit_s, Effort(workers, work_limit_s), cutoff, cache, jobs)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -311,14 +318,57 @@ class Effort:
 
 
 def _solve(cset: ConstraintSet, time_limit_s: float, effort: Effort, cutoff: int | None,
-           cache: PartCache | None) -> SolveResult:
+           cache: PartCache | None, jobs: int) -> SolveResult:
     solved = PartCache() if cache is None else cache  # parts that recur across covers
-    with _without_cycle_collection():
+    with _without_cycle_collection(), _Workers(jobs) as workers:
         return solve_by_covers(cset, time_limit_s, "cpsat", lambda cover, limit, most: (
-            solve_by_parts(cover, limit, "cpsat",
-                           lambda part, left, share: _solve_part(
-                               part, left, effort, share, solved.bounds),
-                           solved, most)), cutoff, partitioned=True, memo=solved.variables)
+            _solve_cover(cover, limit, most, effort, solved)), cutoff, partitioned=True,
+            memo=solved.variables, submit=workers.submit(effort), jobs=jobs)
+
+
+def _solve_cover(cover: ConstraintSet, time_limit_s: float, cutoff: int | None,
+                 effort: Effort, solved: PartCache) -> SolveResult:
+    """A set whose fusion is fixed (a cover, or one candidate kernel): part by part."""
+    return solve_by_parts(cover, time_limit_s, "cpsat", lambda part, left, share: (
+        _solve_part(part, left, effort, share, solved.bounds)), solved, cutoff)
+
+
+def _solve_elsewhere(cover: ConstraintSet, time_limit_s: float, cutoff: int | None,
+                     effort: Effort) -> SolveResult:
+    """`_solve_cover` in a worker process, with a cache of its own."""
+    with _without_cycle_collection():
+        return _solve_cover(cover, time_limit_s, cutoff, effort, PartCache())
+
+
+class _Workers:
+    """Worker processes for `partition`'s candidates, started at the first one submitted
+    (most problems never submit any) and stopped at the end of the solve."""
+
+    def __init__(self, jobs: int) -> None:
+        self.jobs = jobs
+        self.pool: ProcessPoolExecutor | None = None
+
+    def __enter__(self) -> _Workers:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, *_: object) -> None:
+        if self.pool is not None:
+            if kind is None:
+                self.pool.shutdown(wait=True)
+            else:  # interrupted, or failed: do not wait for the workers' solves
+                processes.stop(self.pool)
+
+    def submit(self, effort: Effort) -> Submit | None:
+        if self.jobs < 2:
+            return None
+
+        def run(cover: ConstraintSet, time_limit_s: float, cutoff: int | None
+                ) -> Future[SolveResult]:
+            if self.pool is None:
+                self.pool = processes.process_pool(self.jobs, __name__)
+            return self.pool.submit(_solve_elsewhere, cover, time_limit_s, cutoff, effort)
+
+        return run
 
 
 @contextlib.contextmanager

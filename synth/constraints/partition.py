@@ -37,6 +37,8 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, Future, wait
+from concurrent.futures.process import BrokenProcessPool
 from typing import TYPE_CHECKING
 
 from synth.constraints import expr as ex
@@ -47,6 +49,8 @@ if TYPE_CHECKING:
     from synth.deadline import Deadline
 
 SolveFixed = Callable[[ConstraintSet, float, int | None], SolveResult]
+# `SolveFixed` run in another process: a future of its result
+Submit = Callable[[ConstraintSet, float, int | None], "Future[SolveResult]"]
 Memo = dict[int, tuple[object, frozenset[str]]]
 # of the time limit, kept for the partition models when the candidates take it all: at
 # least this much, or this share of the limit
@@ -150,12 +154,15 @@ def _switched_on(name: str, decisions: dict[str, tuple[int, ...]],
 
 
 def solve(cset: ConstraintSet, deadline: Deadline, solver: str, solve_fixed: SolveFixed,
-          cutoff: int | None = None, memo: Memo | None = None) -> SolveResult | None:
+          cutoff: int | None = None, memo: Memo | None = None,
+          submit: Submit | None = None, jobs: int = 1) -> SolveResult | None:
     """The optimum of `cset` by candidates and a set partition (see the module's
     docstring), or None when `cset` is not separable (the caller enumerates covers).
     Candidates are solved smallest first (singletons form a cover, so a schedule exists
     early); at the deadline the others keep the lower bound 0 and are left out of the
-    schedule. With `cutoff`, INFEASIBLE means proven: none costs at most that."""
+    schedule. With `cutoff`, INFEASIBLE means proven: none costs at most that. With
+    `submit` (`solve_fixed` in another process), up to `jobs` candidates are solved at
+    once (`_Candidates`); the result is the same as without."""
     parts = split(cset, memo)
     if parts is None:
         return None
@@ -165,20 +172,14 @@ def solve(cset: ConstraintSet, deadline: Deadline, solver: str, solve_fixed: Sol
         status = Status.INFEASIBLE if base.status is Status.INFEASIBLE else Status.TIMEOUT
         return SolveResult(solver, status, deadline.elapsed(), stats=stats)
     reserve = max(RESERVE_S, RESERVE_SHARE * deadline.seconds)
-    results: dict[str, SolveResult] = {}
-    covered = _statements(parts)
-    dominated = 0
-    for name in _order(parts):
-        if deadline.left() <= reserve and results:
-            break
-        cheaper = _dominating(name, covered, results)
-        result = solve_fixed(parts.owned[name], max(0.01, deadline.left() - reserve),
-                             None if cheaper is None else cheaper - 1)
-        if cheaper is not None and result.status is Status.INFEASIBLE:
-            dominated += 1  # (or infeasible:) left out either way
-        results[name] = result
+    candidates = _Candidates(parts, deadline, reserve)
+    if submit is None or jobs < 2:
+        candidates.solve_here(solve_fixed)
+    else:
+        candidates.solve_in_parallel(submit, jobs, solve_fixed)
+    results = candidates.results
     stats["candidates_solved"] = len(results)
-    stats["candidates_dominated"] = dominated
+    stats["candidates_dominated"] = candidates.dominated
     upper = _choose(parts, results, True, max(0.01, deadline.left() / 2), solve_fixed)
     if upper.env is None:
         status = (Status.INFEASIBLE if upper.status is Status.INFEASIBLE
@@ -215,15 +216,114 @@ def solve(cset: ConstraintSet, deadline: Deadline, solver: str, solve_fixed: Sol
                        deadline.elapsed(), env, objective, bound, stats)
 
 
-def _order(parts: Split) -> list[str]:
-    """Candidates by the statements they share with others (singletons first: they form
-    a cover together), then by name (deterministic)."""
+class _Candidates:
+    """Each candidate solved once, with the cutoff `_dominating` gives it. That cutoff
+    depends on the results of the candidates that run a strict subset of its statements
+    and on nothing else, and those are solved first (fewer statements first, `_order`):
+    so the candidates can be solved in any order that keeps that, or side by side in
+    other processes, and each gets the same cutoff and gives the same result. Candidates
+    that are the same problem over other names with the same cutoff (a transformer's q,
+    k and v projections) are solved once."""
+
+    def __init__(self, parts: Split, deadline: Deadline, reserve: float) -> None:
+        from synth.constraints.decompose import part_shape  # a cycle otherwise
+        self.parts, self.deadline, self.reserve = parts, deadline, reserve
+        self.covered = _statements(parts)
+        self.order = _order(parts, self.covered)
+        self.shapes = {name: part_shape(parts.owned[name]) for name in parts.names}
+        self.results: dict[str, SolveResult] = {}
+        self.dominated = 0
+
+    def solve_here(self, solve_fixed: SolveFixed) -> None:
+        solved: dict[object, SolveResult] = {}  # by problem and cutoff, canonical names
+        for name in self.order:
+            if self.out_of_time():
+                break
+            cutoff = self.cutoff(name)
+            key = (self.shapes[name].problem, cutoff)
+            if key not in solved:
+                result = solve_fixed(self.parts.owned[name], self.time_left(), cutoff)
+                solved[key] = self.shapes[name].canonical(result)
+            self.record(name, cutoff, self.shapes[name].own(solved[key]))
+
+    def solve_in_parallel(self, submit: Submit, jobs: int, solve_fixed: SolveFixed) -> None:
+        """Up to `jobs` candidates at once, each started once every candidate that runs
+        a strict subset of its statements has its result. A candidate whose worker
+        failed (the process died) is solved here."""
+        waiting = list(self.order)
+        below = {name: {other for other in self.parts.names
+                        if self.covered[other] < self.covered[name]} for name in waiting}
+        running: dict[object, tuple[Future[SolveResult], list[tuple[str, int | None]]]] = {}
+        solved: dict[object, SolveResult] = {}  # by problem and cutoff, canonical names
+        while waiting or running:
+            for name in list(waiting):
+                if self.out_of_time() or len(running) >= jobs:
+                    break
+                if below[name] - self.results.keys():
+                    continue  # a subset still running: its cutoff is not known yet
+                waiting.remove(name)
+                cutoff = self.cutoff(name)
+                key = (self.shapes[name].problem, cutoff)
+                if key in solved:
+                    self.record(name, cutoff, self.shapes[name].own(solved[key]))
+                elif key in running:  # the same problem is being solved: wait for it
+                    running[key][1].append((name, cutoff))
+                else:
+                    running[key] = (self._start(submit, solve_fixed, name, cutoff),
+                                    [(name, cutoff)])
+            if self.out_of_time():
+                waiting.clear()
+            if not running:
+                continue
+            wait([future for future, _ in running.values()], return_when=FIRST_COMPLETED)
+            for done in [k for k, (future, _) in running.items() if future.done()]:
+                future, names = running.pop(done)
+                first, cutoff = names[0]
+                try:
+                    result = future.result()
+                except BrokenProcessPool:  # its worker died: solve it here
+                    result = solve_fixed(self.parts.owned[first], self.time_left(), cutoff)
+                solved[done] = self.shapes[first].canonical(result)
+                for name, cutoff in names:
+                    self.record(name, cutoff, self.shapes[name].own(solved[done]))
+
+    def _start(self, submit: Submit, solve_fixed: SolveFixed, name: str,
+               cutoff: int | None) -> Future[SolveResult]:
+        owned, left = self.parts.owned[name], self.time_left()
+        try:
+            return submit(owned, left, cutoff)
+        except BrokenProcessPool:  # a worker died before: solve it here
+            future: Future[SolveResult] = Future()
+            future.set_result(solve_fixed(owned, left, cutoff))
+            return future
+
+    def cutoff(self, name: str) -> int | None:
+        cheaper = _dominating(name, self.covered, self.results)
+        return None if cheaper is None else cheaper - 1
+
+    def record(self, name: str, cutoff: int | None, result: SolveResult) -> None:
+        if cutoff is not None and result.status is Status.INFEASIBLE:
+            self.dominated += 1  # (or infeasible:) left out either way
+        self.results[name] = result
+
+    def out_of_time(self) -> bool:
+        return self.deadline.left() <= self.reserve and bool(self.results)
+
+    def time_left(self) -> float:
+        return max(0.01, self.deadline.left() - self.reserve)
+
+
+def _order(parts: Split, covered: dict[str, frozenset[int]]) -> list[str]:
+    """Candidates by the number of statements they run (singletons first: they form a
+    cover together, and a candidate's cutoff needs the results of those running fewer),
+    then by the statements they share with others, then by name (deterministic)."""
     shared = {name: 0 for name in parts.names}
     for constraint in parts.choice:
         for name in ex.variables(constraint.cond):
             if name in shared:
                 shared[name] += 1
-    return sorted(parts.names, key=lambda n: (shared[n], len(parts.owned[n].decisions), n))
+    return sorted(parts.names, key=lambda n: (len(covered[n]), shared[n],
+                                              len(parts.owned[n].decisions), n))
 
 
 def _statements(parts: Split) -> dict[str, frozenset[int]]:

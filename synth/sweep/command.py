@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-import os
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -23,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from synth import processes
 from synth.errors import InputError
 from synth.limits import parse_int
 from synth.sweep import execute, store
@@ -52,12 +52,6 @@ def read_spec(flags: Flags) -> Spec:
     return from_file(flags.spec)
 
 
-def usable_cores() -> int:
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
-
-
 @dataclass(frozen=True)
 class Runner:
     workers: int  # local processes, or the workers of `--dask local`
@@ -76,7 +70,7 @@ def read_runner(flags: Flags) -> Runner:
     _require("matplotlib", "draws its plots with")
     if flags.dask is not None:
         _require("distributed", "runs on Dask with")
-    return Runner(workers or usable_cores(), flags.dask)
+    return Runner(workers or processes.usable_cores(), flags.dask)
 
 
 def _require(module: str, what: str) -> None:

@@ -16,15 +16,13 @@ not blamed for one that did.
 
 from __future__ import annotations
 
-import multiprocessing
-import signal
 from collections import Counter, deque
 from collections.abc import Callable, Generator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
-from synth import tune
+from synth import processes, tune
 from synth.errors import InputError
 from synth.sweep import task
 from synth.sweep.points import Point
@@ -52,27 +50,9 @@ def failed(point: Point, message: str) -> dict[str, Any]:
 # ---------------------------------------------------------------- local processes
 
 
-def _ignore_interrupt() -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-
-
 def process_pool(workers: int) -> ProcessPoolExecutor:
     """Worker processes forked from a server that has imported the pipeline."""
-    context: multiprocessing.context.BaseContext
-    if "forkserver" in multiprocessing.get_all_start_methods():
-        context = multiprocessing.get_context("forkserver")
-        context.set_forkserver_preload(["synth.sweep.task"])
-    else:  # Windows: every worker imports synth itself
-        context = multiprocessing.get_context("spawn")
-    return ProcessPoolExecutor(workers, mp_context=context, initializer=_ignore_interrupt)
-
-
-def _stop(pool: ProcessPoolExecutor) -> None:
-    """Stop the workers now, whatever they run (an interrupted or abandoned sweep)."""
-    processes = getattr(pool, "_processes", None) or {}  # no public way before Python 3.14
-    for process in list(processes.values()):
-        process.terminate()
-    pool.shutdown(wait=True, cancel_futures=True)
+    return processes.process_pool(workers, "synth.sweep.task")
 
 
 RunPoint = Callable[[Point, str | None], dict[str, Any]]
@@ -131,7 +111,7 @@ class _Local:
 
     def close(self) -> None:
         if self.running or self.queue or self.suspects:
-            _stop(self.pool)
+            processes.stop(self.pool)
         else:
             self.pool.shutdown(wait=True)
 
