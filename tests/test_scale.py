@@ -16,7 +16,7 @@ from conftest import SMALL_UPMEM, TWO_CORES, benchmark_module, solve
 from synth import pipeline
 from synth.constraints import cpsat, decompose, partition
 from synth.constraints.result import SolveResult, Status
-from synth.constraints.space import is_fusion_decision
+from synth.constraints.space import ConstraintSet, is_fusion_decision
 from synth.deadline import Deadline
 from synth.lang import list_builtin_workloads, parse_workload
 
@@ -91,12 +91,30 @@ def test_transformer_uses_the_partition_and_proves_its_optimum() -> None:
 
 
 @pytest.mark.parametrize("hw", ["cpu", "upmem"])
-def test_candidates_in_worker_processes_give_the_same_schedule(hw: str) -> None:
-    """`--jobs 2`: the candidates solved side by side in two processes get the same
+def test_candidates_in_worker_processes_give_the_same_schedule(
+        hw: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--jobs 3`: the candidates solved side by side in three processes get the same
     cutoffs, so the same results and the same schedule as one after the other."""
     cset = model_of("transformer", hw, REDUCED["transformer"]).constraints
     alone = cpsat.solve(cset, conftest.WALL_S, work_limit_s=conftest.WORK_S)
-    side_by_side = cpsat.solve(cset, conftest.WALL_S, work_limit_s=conftest.WORK_S, jobs=2)
+    submitted = []
+    submit = cpsat._Workers.submit
+
+    def counted(self: cpsat._Workers, effort: cpsat.Effort) -> partition.Submit | None:
+        run = submit(self, effort)
+        assert run is not None
+
+        def recorded(cover: ConstraintSet, limit: float, most: int | None
+                     ) -> Future[SolveResult]:
+            submitted.append(cover)
+            return run(cover, limit, most)
+
+        return recorded
+
+    monkeypatch.setattr(cpsat._Workers, "submit", counted)
+    monkeypatch.setattr(partition, "WORKER_DECISIONS", 0)  # every candidate may go
+    side_by_side = cpsat.solve(cset, conftest.WALL_S, work_limit_s=conftest.WORK_S, jobs=3)
+    assert len(submitted) >= 2  # workers solved some
     assert alone.status is Status.OPTIMAL
     assert (side_by_side.status, side_by_side.objective, side_by_side.env) == (
         alone.status, alone.objective, alone.env)
@@ -104,22 +122,24 @@ def test_candidates_in_worker_processes_give_the_same_schedule(hw: str) -> None:
         assert side_by_side.stats[key] == alone.stats[key]
 
 
-def test_a_candidate_whose_worker_died_is_solved_here() -> None:
+def test_a_candidate_whose_worker_died_is_solved_here(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     """A worker process that dies (the kernel's out-of-memory killer) breaks the pool:
     its candidate, and every one submitted after, is solved in the calling process,
     and the answer is the one without workers."""
+    monkeypatch.setattr(partition, "WORKER_DECISIONS", 0)  # every candidate may go
     workload = parse_workload(scale.chain(6, 4096), "chain.syn", "chain")
     hw = pipeline.hardware(pipeline.Request("va", "cpu", hw_overrides=TWO_CORES))
     cset = pipeline.encode(workload, hw).constraints
     cache = decompose.PartCache()
 
-    def solve_fixed(cover, limit, most):  # type: ignore[no-untyped-def]
+    def solve_fixed(cover: ConstraintSet, limit: float, most: int | None) -> SolveResult:
         return decompose.solve_by_parts(cover, limit, "cpsat", lambda part, left, share: (
             cpsat._solve_part(part, left, cpsat.Effort(), share, cache.bounds)), cache, most)
 
     submitted = []
 
-    def dying(cover, limit, most):  # type: ignore[no-untyped-def]
+    def dying(cover: ConstraintSet, limit: float, most: int | None) -> Future[SolveResult]:
         submitted.append(cover)
         if len(submitted) > 3:
             raise BrokenProcessPool("the pool is broken")  # as pool.submit does then

@@ -52,6 +52,12 @@ SolveFixed = Callable[[ConstraintSet, float, int | None], SolveResult]
 # `SolveFixed` run in another process: a future of its result
 Submit = Callable[[ConstraintSet, float, int | None], "Future[SolveResult]"]
 Memo = dict[int, tuple[object, frozenset[str]]]
+# Candidates with at least this many decisions are solved by worker processes (`--jobs`),
+# smaller ones where they are needed: on upmem's transformer block the candidates under
+# 15 decisions take at most 0.11 s (shipping one to a worker costs about as much), those
+# of 15 or more up to 5.6 s; a chain's 285 candidates (10 decisions or fewer) were 2.4x
+# slower in workers than alone.
+WORKER_DECISIONS = 15
 # of the time limit, kept for the partition models when the candidates take it all: at
 # least this much, or this share of the limit
 RESERVE_S, RESERVE_SHARE = 0.2, 0.05
@@ -247,45 +253,54 @@ class _Candidates:
             self.record(name, cutoff, self.shapes[name].own(solved[key]))
 
     def solve_in_parallel(self, submit: Submit, jobs: int, solve_fixed: SolveFixed) -> None:
-        """Up to `jobs` candidates at once, each started once every candidate that runs
-        a strict subset of its statements has its result. A candidate whose worker
+        """`jobs` processes at once: this one and `jobs` - 1 workers. Each candidate
+        starts once every candidate that runs a strict subset of its statements has its
+        result; large ones (`WORKER_DECISIONS`) go to a free worker, the others (and
+        large ones while every worker is busy) are solved here. A candidate whose worker
         failed (the process died) is solved here."""
         waiting = list(self.order)
         below = {name: {other for other in self.parts.names
                         if self.covered[other] < self.covered[name]} for name in waiting}
         running: dict[object, tuple[Future[SolveResult], list[tuple[str, int | None]]]] = {}
         solved: dict[object, SolveResult] = {}  # by problem and cutoff, canonical names
+
+        def collect(done: object) -> None:
+            future, names = running.pop(done)
+            first, cutoff = names[0]
+            try:
+                result = future.result()
+            except BrokenProcessPool:  # its worker died: solve it here
+                result = solve_fixed(self.parts.owned[first], self.time_left(), cutoff)
+            solved[done] = self.shapes[first].canonical(result)
+            for name, cutoff in names:
+                self.record(name, cutoff, self.shapes[name].own(solved[done]))
+
         while waiting or running:
-            for name in list(waiting):
-                if self.out_of_time() or len(running) >= jobs:
-                    break
-                if below[name] - self.results.keys():
-                    continue  # a subset still running: its cutoff is not known yet
-                waiting.remove(name)
-                cutoff = self.cutoff(name)
-                key = (self.shapes[name].problem, cutoff)
-                if key in solved:
-                    self.record(name, cutoff, self.shapes[name].own(solved[key]))
-                elif key in running:  # the same problem is being solved: wait for it
-                    running[key][1].append((name, cutoff))
-                else:
-                    running[key] = (self._start(submit, solve_fixed, name, cutoff),
-                                    [(name, cutoff)])
+            for done in [key for key, (future, _) in running.items() if future.done()]:
+                collect(done)
             if self.out_of_time():
                 waiting.clear()
-            if not running:
+            ready = next((n for n in waiting if not below[n] - self.results.keys()), None)
+            if ready is None:  # every candidate left needs one still running
+                if running:
+                    wait([future for future, _ in running.values()],
+                         return_when=FIRST_COMPLETED)
                 continue
-            wait([future for future, _ in running.values()], return_when=FIRST_COMPLETED)
-            for done in [k for k, (future, _) in running.items() if future.done()]:
-                future, names = running.pop(done)
-                first, cutoff = names[0]
-                try:
-                    result = future.result()
-                except BrokenProcessPool:  # its worker died: solve it here
-                    result = solve_fixed(self.parts.owned[first], self.time_left(), cutoff)
-                solved[done] = self.shapes[first].canonical(result)
-                for name, cutoff in names:
-                    self.record(name, cutoff, self.shapes[name].own(solved[done]))
+            waiting.remove(ready)
+            cutoff = self.cutoff(ready)
+            key = (self.shapes[ready].problem, cutoff)
+            if key in solved:
+                self.record(ready, cutoff, self.shapes[ready].own(solved[key]))
+            elif key in running:  # the same problem is being solved: wait for it
+                running[key][1].append((ready, cutoff))
+            elif (len(self.parts.owned[ready].decisions) >= WORKER_DECISIONS
+                  and len(running) < jobs - 1):
+                running[key] = (self._start(submit, solve_fixed, ready, cutoff),
+                                [(ready, cutoff)])
+            else:
+                result = solve_fixed(self.parts.owned[ready], self.time_left(), cutoff)
+                solved[key] = self.shapes[ready].canonical(result)
+                self.record(ready, cutoff, result)
 
     def _start(self, submit: Submit, solve_fixed: SolveFixed, name: str,
                cutoff: int | None) -> Future[SolveResult]:
