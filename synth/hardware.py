@@ -119,7 +119,7 @@ class Memory:
     issue_ps: int = 0
     # the share of this memory's transfer time the core spends issuing it in line with its
     # compute, where it overlaps (`overlap`): register loads and stores are instructions
-    # of the same core, which run beside its arithmetic only in part (cost.exposed_cost)
+    # of the same core, which run beside its arithmetic only in part (cpu_compute.exposed_cost)
     exposed: float = 0.0
 
     @property

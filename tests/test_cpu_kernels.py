@@ -1,6 +1,6 @@
 """The cpu model's per-kernel terms that per-kernel measurements led to
 (`benchmarks/kernel_times.py`, RESULTS.md "Per-kernel model against measurement"): the
-register moves the core issues beside its compute (`cost.exposed_cost`), and the online
+register moves the core issues beside its compute (`cpu_compute.exposed_cost`), and the online
 step's transposed operand copied where its tile's copy sits (`c_online.pretranspose`).
 Relations only (no pinned costs), deterministic solver limits."""
 

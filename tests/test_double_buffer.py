@@ -24,12 +24,12 @@ from conftest import (
 
 from synth import pipeline
 from synth.constraints import expr as ex
+from synth.constraints.combines import exchanged_on_device
 from synth.constraints.cost import (
     KernelTerms,
     buffers_decision,
     compute_cost,
     evaluate_cost,
-    exchanged_on_device,
     tensor_transfer_cost,
     transfer_cost,
     transfer_count,

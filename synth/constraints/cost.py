@@ -15,6 +15,10 @@ The model, per kernel:
 - launch: a fixed cost per start of the kernel (per iteration of the root loop);
 - double buffering (`buffers.<kernel>.<memory>` = 2): the moving tiles in that memory
   take twice the bytes, and its transfers overlap with compute (see `overlapped_transfer`).
+
+Families that build on this module are imported where used: the combines of split
+reductions (`combines`), the CPU's compute terms (`cpu_compute`), starting a kernel
+(`launch`), transfers that block or push (`transfers`), the online rewrite's terms.
 """
 
 from __future__ import annotations
@@ -43,7 +47,7 @@ from synth.constraints.space import (
     hierarchy_slots,
 )
 from synth.hardware import Hardware, Intrinsic, Memory
-from synth.workload import Access, BinOp, Num, ReduceOp, Statement, Workload, op_classes
+from synth.workload import Access, BinOp, ReduceOp, Statement, Workload, op_classes
 
 
 @dataclass(frozen=True)
@@ -276,6 +280,7 @@ def build_model(workload: Workload, hw: Hardware, kernels: Sequence[KernelSpec],
                 named: Mapping[str, Collection[int]] | None = None) -> Model:
     """The schedule space of `kernels` (the candidates) on `hw`; `named` adds unit counts
     a request names to the spatial factors' candidates (`space.build_factors`)."""
+    from synth.constraints.combines import combine_symmetry, with_combine_choices
     slots = hierarchy_slots(hw)
     factors = build_factors(kernels, hw, slots, named)
     domains = dict(factors.domains)
@@ -339,23 +344,6 @@ def fusion_choices(workload: Workload, kernels: Sequence[KernelSpec],
         ex.Cmp(ex.add(*(chosen[k.name] for k in options)), "==", ex.ONE))
         for stmt, options in covering.items() if len(options) > 1]
     return chosen, cover
-
-
-def combine_decision(kernel: str, level: str) -> str:
-    """`combine.s.tasklet` is 1 when kernel s combines its tasklets' partials on device."""
-    return f"combine.{kernel}.{level}"
-
-
-def with_combine_choices(kt: KernelTerms, domains: dict[str, tuple[int, ...]]
-                         ) -> KernelTerms:
-    """A 0/1 decision (added to `domains`) for each spatial slot where the kernel may
-    combine partial results on the device instead of on the host."""
-    combined: dict[int, ex.Int] = {}
-    for slot in device_combine_slots(kt):
-        name = combine_decision(kt.kernel.name, kt.slots[slot].name)
-        domains[name] = (0, 1)
-        combined[slot] = ex.Var(name)
-    return dataclasses.replace(kt, combined=combined)
 
 
 def buffers_decision(kernel: str, memory: str) -> str:
@@ -503,6 +491,7 @@ def tiling_constraints(kt: KernelTerms) -> list[NamedConstraint]:
 
 def capacity_constraints(kt: KernelTerms, workload: Workload) -> list[NamedConstraint]:
     """Per memory instance, the kernel's live tiles fit the usable capacity."""
+    from synth.constraints.combines import device_combine_capacity
     out = []
     for slot, mem in _memory_slots(kt):
         instance = kt.hw.level_index(mem.instance_level)
@@ -648,6 +637,9 @@ def unit_counts(terms: Sequence[KernelTerms], hw: Hardware, chosen: Mapping[str,
 
 def kernel_cost(kt: KernelTerms, workload: Workload) -> dict[str, ex.Int]:
     """The parts of one kernel's modelled time, keyed like the JSON breakdown."""
+    from synth.constraints.combines import combine_cost, device_combine_cost
+    from synth.constraints.cpu_compute import exposed_cost, vector_compute_cost
+    from synth.constraints.launch import launch_cost
     compute = (vector_compute_cost(kt, workload) if kt.hw.compute.vector_tiles
                else compute_cost(kt))
     parts: dict[str, ex.Int] = {
@@ -684,76 +676,12 @@ def kernel_cost(kt: KernelTerms, workload: Workload) -> dict[str, ex.Int]:
     return parts
 
 
-def exposed_cost(kt: KernelTerms, workload: Workload) -> dict[str, ex.Int]:
-    """The moves into an overlapping memory that the core issues itself, in line with its
-    compute, keyed like `kernel_cost`'s parts: on the cpu model the vector registers'
-    loads, broadcasts and stores (`reg`), which are instructions of the same core as the
-    FMAs and overlap them only in part. A share `exposed` of their time (the memory's
-    rates scaled by it) adds to the compute that the caches' fills overlap:
-
-        max(compute + exposed x registers, registers, l1, l2, l3)
-
-    Measured per kernel (benchmarks/kernel_times.py): a GEMM whose register tile reloads
-    its accumulators every step of the reduction runs in compute + 0.6-0.9 x its
-    register moves, not in the longer of the two."""
-    out: dict[str, ex.Int] = {}
-    for slot, mem in _memory_slots(kt):
-        if not (mem.overlap and mem.exposed) or mem.push is not None:
-            continue
-        parent = kt.hw.memories[kt.hw.memories.index(mem) - 1]
-        share = dataclasses.replace(
-            mem, ps_per_byte=round(mem.ps_per_byte * mem.exposed),
-            store_ps_per_byte=round(mem.store_ps_per_byte * mem.exposed),
-            latency_ps=round(mem.latency_ps * mem.exposed),
-            write_latency_ps=(None if mem.write_latency_ps is None
-                              else round(mem.write_latency_ps * mem.exposed)))
-        out[f"transfer:{parent.name}->{mem.name}"] = transfer_cost(kt, workload, share, slot)
-    return out
-
-
-def launch_cost(kt: KernelTerms) -> ex.Int:
-    """A fixed cost per start of the kernel: once per iteration of the loops outside its
-    units (the root memory's, and those of other memories at the root's level: on a CPU
-    each of their iterations starts a parallel region), or once when the units stream
-    from the root memory themselves (`hw.streams`). A start may cost more per unit it
-    runs on (`launch_once`)."""
-    forks = fork_cost(kt)
-    once = launch_once(kt)
-    if kt.hw.streams:
-        return ex.add(once, forks)
-    return ex.add(ex.mul(once, *(kt.f(d, _root_slot(kt)) for d in kt.kernel.dims)), forks)
-
-
-def fork_cost(kt: KernelTerms) -> ex.Int:
-    """Starting and joining the units of a level with a `fork` cost (an OpenMP parallel
-    region): once per iteration of the sequential loops outside them, when the kernel
-    uses more than one (the emitted code runs a single unit without a region)."""
-    total: list[ex.Int] = []
-    for index, slot in enumerate(kt.slots):
-        level = kt.hw.levels[slot.level_index]
-        if slot.kind is not SlotKind.SPATIAL or not level.fork_ps:
-            continue
-        outside = [i for i in kt.temporal() if i < index]
-        starts = ex.mul(level.fork_ps, *(kt.dim_product(d, outside) for d in kt.kernel.dims))
-        total.append(ex.select(ex.greater_than_one(kt.units(index)), starts, 0))
-    return ex.add(*total)
-
-
-def launch_once(kt: KernelTerms) -> ex.Int:
-    """One start of the kernel: the fixed cost, plus `launch_per_unit` per unit of its
-    level the kernel runs on (UPMEM: per DPU launched, R x D)."""
-    if kt.hw.launch_level is None or not kt.hw.launch_per_unit_ps:
-        return ex.const(kt.hw.launch_ps)
-    launched = ex.mul(*(kt.units(s) for s in kt.spatial_between(
-        0, kt.hw.level_index(kt.hw.launch_level))))
-    return ex.add(kt.hw.launch_ps, ex.mul(kt.hw.launch_per_unit_ps, launched))
-
-
 def kernel_objective(kt: KernelTerms, workload: Workload, parts: Mapping[str, ex.Int]
                      ) -> ex.Int:
     """The sum of the kernel's cost `parts`, written so the solver bounds it well: with
     one double-buffered memory, compute + its exposed transfer is
     max(transfer, compute) + first (the compute cancels), which is what this writes."""
+    from synth.constraints.cpu_compute import exposed_cost
     blocking = [slot for slot, _ in _memory_slots(kt) if _blocking(kt, slot)]
     if blocking:  # compute + its exposed transfers is the blocking time: compute cancels
         from synth.constraints.transfers import blocking_time  # builds on this module
@@ -811,6 +739,7 @@ def first_transfer_cost(kt: KernelTerms, workload: Workload, mem: Memory, slot: 
     """One move of each tensor's tile between `mem` and its parent, serialised like
     `transfer_cost`: exactly `tensor_transfer_cost / transfer_count` per tensor, written
     without the division (latency per operation of one tile + its padded bytes)."""
+    from synth.constraints.combines import exchanged_on_device
     shared = kt.hw.level_index(mem.shared_by)
     serial = ex.mul(*(kt.units(s) for s in kt.spatial_between(shared,
                                                               kt.slots[slot].level_index)))
@@ -852,114 +781,6 @@ def compute_cost(kt: KernelTerms) -> ex.Int:
     return ex.add(core, *around)
 
 
-def vector_compute_cost(kt: KernelTerms, workload: Workload) -> ex.Int:
-    """`compute_cost` on a CPU with vector registers (`compute.vector_tiles`): vector
-    or scalar instructions by the register tile, and no faster than the dependence
-    chains of its accumulations allow (see `synth.constraints.roofline`)."""
-    compute = kt.hw.compute
-    innermost = len(kt.slots) - 1
-    vector = roofline.kernel_vector_dim(kt.kernel.statements)
-    width = {s.name: roofline.lanes(s, vector, workload, compute) for s in kt.kernel.statements}
-    whole = (roofline.whole_vectors(kt.tile(vector, innermost), max(width.values()),
-                                    kt.factors.domains)
-             if vector is not None else True)
-
-    def either(vectorised: ex.Int, scalar: ex.Int) -> ex.Int:
-        return vectorised if vectorised == scalar else ex.select(whole, vectorised, scalar)
-
-    def per_point(stmts: Sequence[Statement], vectorised: bool) -> int:
-        return sum(roofline.point_ps(s, compute, width[s.name] if vectorised else 1)
-                   for s in stmts)
-
-    points = kt.sequential_points()
-    folds = [fold_cost(kt, s, vector, width[s.name]) for s in kt.kernel.core
-             if vector is not None and vector in s.reduced and width[s.name] > 1]
-    issue = either(ex.add(ex.mul(per_point(kt.kernel.core, True), points), *folds),
-                   ex.mul(per_point(kt.kernel.core, False), points))
-    chains = [either(chain_cost(kt, s, vector if width[s.name] > 1 else None, width[s.name]),
-                     chain_cost(kt, s, None, 1))
-              for s in kt.kernel.core if s.reduced and roofline.accumulate_ps(s, compute)]
-    if kt.kernel.online is not None:  # each statement over its own points; no chains yet
-        from synth.constraints.online_terms import core_compute, step_prices
-        prices, step_folds = step_prices(kt, workload, {s.name: per_point([s], True)
-                                                        for s in kt.kernel.core})
-        issue = either(ex.add(core_compute(kt, prices), *folds, *step_folds),
-                       core_compute(kt, {s.name: ex.const(per_point([s], False))
-                                         for s in kt.kernel.core}))
-        chains = []
-    around = [either(ex.mul(per_point([s], True), around_points(kt, s)),
-                     ex.mul(per_point([s], False), around_points(kt, s)))
-              for s in kt.kernel.prologue + kt.kernel.epilogue]
-    return ex.add(ex.maximum(issue, *chains), *around)
-
-
-def fold_cost(kt: KernelTerms, stmt: Statement, vector: str, lanes: int) -> ex.Int:
-    """Folding the vector accumulators of `stmt`, a reduction along the vector dimension,
-    into its target (`KernelWriter.fold`): each time the target's register tile leaves
-    the registers, per element of it, its vector accumulators (one per vector of the
-    tile along the vector dimension) combine into one, whose lanes then combine one
-    scalar operation each."""
-    innermost = len(kt.slots) - 1
-    use = kt.kernel.use(stmt.target)
-    elements = ex.mul(transfer_count(kt, use, innermost),
-                      *(kt.tile(d, innermost) for d in use.indices))
-    op = roofline.point_ps(dataclasses.replace(stmt, expr=Num(0)), kt.hw.compute, 1)
-    vectors = ex.ceil_div(kt.tile(vector, innermost), lanes)  # exact where it is vectorised
-    return ex.add(ex.mul(op * lanes, elements), ex.mul(op, elements, vectors))
-
-
-def chain_cost(kt: KernelTerms, stmt: Statement, vector: str | None, lanes: int) -> ex.Int:
-    """The time the accumulations of `stmt` (a core reduction) take by their dependences:
-    each accumulator's updates in a row (`chain_points`) at the accumulate latency, where
-    the out-of-order core does not find enough other work to fill the wait. It does
-    between register tiles: while one tile's chain runs, the next tile's (independent)
-    instructions issue, as far as `accumulate_window` vector instructions ahead. So a
-    tile's chain is exposed in full only when the tile's instructions fill the window,
-    and otherwise in the share they fill:
-
-        latency x min(chain, instructions x (updates per tile) / window)"""
-    compute = kt.hw.compute
-    chain = chain_points(kt, stmt, vector)
-    latency = roofline.accumulate_ps(stmt, compute)
-    if not compute.accumulate_window:
-        return ex.mul(latency, chain)
-    instructions = ex.ceil_div(kt.sequential_points(), lanes)
-    shared = ex.ceil_div(ex.mul(instructions, updates_per_tile(kt, stmt, vector)),
-                         compute.accumulate_window)
-    return ex.mul(latency, ex.add(chain, shared, ex.mul(-1, ex.maximum(chain, shared))))
-
-
-def updates_per_tile(kt: KernelTerms, stmt: Statement, vector: str | None) -> ex.Int:
-    """Updates in a row of one accumulator while its register tile stays in the
-    registers: the reduction's steps inside the tile (but along a vectorised reduced
-    dimension, which are separate accumulators) and those of the loops the tile is
-    hoisted above (`transfer_loops`: optional loops that no later loop walking the
-    target follows)."""
-    innermost = len(kt.slots) - 1
-    use = kt.kernel.use(stmt.target)
-    loops = copy_loops(kt.slots, kt.kernel, innermost)
-    steps: list[ex.Int] = [kt.f(d, innermost) for d in kt.kernel.dims
-                           if d not in use.indices and d != vector]
-    for pos, loop in enumerate(loops.optional):
-        if loop.dim in use.indices:
-            continue
-        walks_later = ex.any_of(ex.greater_than_one(kt.f(lp.dim, lp.slot))
-                                for lp in loops.optional[pos:] if lp.dim in use.indices)
-        steps.append(ex.select(walks_later, 1, kt.f(loop.dim, loop.slot)))
-    return ex.mul(*steps)
-
-
-def chain_points(kt: KernelTerms, stmt: Statement, vector: str | None) -> ex.Int:
-    """Updates in a row of one accumulator of `stmt` (a core reduction) in one unit: its
-    points over the independent accumulators, which are the register tile's elements
-    of the target and, when vectorised along a reduced dimension (`vector`), that
-    dimension's register tile too (a vector accumulator per vector of it)."""
-    innermost = len(kt.slots) - 1
-    outer = [i for i in kt.temporal() if i != innermost]
-    return ex.mul(*(kt.dim_product(d, outer) if d in stmt.indices or d == vector
-                    else kt.dim_product(d, kt.temporal()) for d in kt.kernel.dims))
-
-
 def around_points(kt: KernelTerms, stmt: Statement) -> ex.Int:
     """Points one innermost unit computes of a prologue or epilogue statement: its
     target's tile in the innermost memory, once per time that tile is (re)made (the
@@ -975,22 +796,6 @@ def tile_points(kt: KernelTerms, use: TensorUse, dims: Sequence[str]) -> ex.Int:
     counted, optional = transfer_loops(kt, use, innermost)
     return ex.mul(*optional, *(kt.dim_product(d, counted[d] | {innermost}) if d in dims
                                else kt.dim_product(d, counted[d]) for d in kt.kernel.dims))
-
-
-def combine_symmetry(kt: KernelTerms) -> list[NamedConstraint]:
-    """Redundant: a combine on the device is chosen only where several units hold shares
-    of a reduced dimension (one unit alone has nothing to combine, and both values of
-    the decision are then the same schedule, which the solver would prove twice)."""
-    out = []
-    for slot, on_device in kt.combined.items():
-        several = ex.greater_than_one(kt.units(slot, kt.kernel.reduced))
-        if isinstance(several, bool):
-            continue
-        out.append(NamedConstraint(
-            "implied", f"kernel {kt.kernel.name}: combines on the device only what several "
-            f"{kt.slots[slot].name} units share", ex.AnyOf((ex.Cmp(on_device, "==", ex.ZERO),
-                                                           several))))
-    return out
 
 
 def blocking_bounds(kt: KernelTerms, workload: Workload) -> list[NamedConstraint]:
@@ -1046,6 +851,7 @@ def statement_ops(stmt: Statement) -> Counter[str]:
 
 
 def transfer_cost(kt: KernelTerms, workload: Workload, mem: Memory, slot: int) -> ex.Int:
+    from synth.constraints.combines import exchanged_on_device
     if warm(workload, mem):
         return ex.ZERO
     shared = kt.hw.level_index(mem.shared_by)
@@ -1131,138 +937,11 @@ def _latency_ps(mem: Memory, use: TensorUse) -> int:
     return mem.latency_ps * int(use.read) + mem.store_latency_ps * int(use.written)
 
 
-def combine_cost(kt: KernelTerms, workload: Workload) -> ex.Int:
-    """Combining partial results on the host: one op per partial per output element."""
-    total: list[ex.Int] = []
-    spatial = [i for i, s in enumerate(kt.slots) if s.kind is SlotKind.SPATIAL]
-    for stmt in kt.kernel.statements:
-        if not stmt.reduced:
-            continue
-        partials = ex.mul(*(kt.split_units(s, stmt.reduced) for s in spatial))
-        tensor = workload.tensors[stmt.target]
-        per_elem = kt.hw.host.point_ps(Counter({stmt.op.op_class: 1}), stmt.dtype)
-        elements = 1
-        for n in tensor.shape:
-            elements *= n
-        total.append(ex.select(ex.greater_than_one(partials),
-                               ex.mul(per_elem, elements, partials), 0))
-    return ex.add(*total)
-
-
-# ---------------------------------------------------------------- on-device combines
-
-
-def shared_memory(hw: Hardware, level_index: int) -> Memory | None:
-    """The innermost memory below the root that the units of a level share (UPMEM:
-    tasklets share their DPU's WRAM), or None: where their partial results can meet."""
-    shared = [m for m in hw.memories[1:]
-              if hw.level_index(m.instance_level) < level_index <= hw.level_index(m.level)]
-    return shared[-1] if shared else None
-
-
-def device_combine_slots(kt: KernelTerms) -> dict[int, Memory]:
-    """Spatial slots whose units share a memory below the root, with that memory:
-    partial results split across these units can meet there, after a barrier, instead of
-    travelling to the host."""
-    if not kt.kernel.reduced:
-        return {}
-    out: dict[int, Memory] = {}
-    for index, slot in enumerate(kt.slots):
-        memory = shared_memory(kt.hw, slot.level_index)
-        # and a memory tile above the units to fold into (not when they stream the root's)
-        above = any(s.kind is SlotKind.TEMPORAL for s in kt.slots[:index])
-        if slot.kind is SlotKind.SPATIAL and memory is not None and above:
-            out[index] = memory
-    return out
-
-
-def device_combine_memory(model: Model, slot: int) -> str:
-    """The memory an on-device combine at spatial `slot` goes through."""
-    memory = shared_memory(model.hw, model.slots[slot].level_index)
-    assert memory is not None, "a combine decision exists only where units share a memory"
-    return memory.name
-
-
 def reduced_into(kernel: KernelSpec, use: TensorUse) -> list[str]:
     """The dimensions the kernel's statements reduce into a written tensor (which it
     does not carry)."""
     dims = [d for s in kernel.statements if s.target == use.tensor for d in s.reduced]
     return [d for d in dict.fromkeys(dims) if d not in use.indices] if use.written else []
-
-
-def combines_on_device(kt: KernelTerms, slot: int, dims: Sequence[str]) -> ex.Cond | bool:
-    """Whether the units of spatial `slot` combine partials of a reduction over `dims` on
-    the device: chosen so, and more than one of them holds a share of `dims` (one unit
-    alone has nothing to combine, and the loop nest then has no combine)."""
-    on_device = kt.combined.get(slot)
-    if on_device is None or not dims:
-        return False
-    several = ex.select(ex.greater_than_one(kt.units(slot, dims)), 1, 0)
-    return _is_one(ex.select(_is_one(on_device), several, 0))
-
-
-def exchanged_on_device(kt: KernelTerms, use: TensorUse, slot: int) -> ex.Cond | bool:
-    """Whether `use`'s tile at memory `slot` is exchanged with an on-device combine
-    buffer (in the same memory) instead of moving from its parent: it holds partials
-    of a reduction whose units, between the parent and this memory, combine on device."""
-    reduced = reduced_into(kt.kernel, use)
-    parent = _parent_slot(kt, slot)
-    return ex.any_of(combines_on_device(kt, s, reduced) for s in kt.combined
-                     if parent < s < slot)
-
-
-def device_combine_cost(kt: KernelTerms, workload: Workload) -> ex.Int:
-    """Per combined slot and reduced tensor: each time the parent memory's tile is done,
-    a barrier, then one unit alone (at 1/issue_share of the pipeline) folds every unit's
-    partial tile into it."""
-    total: list[ex.Int] = []
-    for slot in kt.combined:
-        level = kt.hw.levels[kt.slots[slot].level_index]
-        parent = _parent_slot(kt, slot)
-        for stmt in kt.kernel.statements:
-            use = next(u for u in kt.kernel.uses if u.tensor == stmt.target)
-            reduced = reduced_into(kt.kernel, use)
-            if not stmt.op.reduces or not reduced:
-                continue
-            units = kt.units(slot, reduced)
-            elements = ex.mul(*(kt.tile(d, parent) for d in use.indices))
-            op_ps = kt.hw.compute.point_ps(Counter({stmt.op.op_class: 1}), stmt.dtype)
-            once = ex.add(barrier_cost(kt, slot),
-                          ex.mul(level.issue_share * op_ps, units, elements))
-            times = transfer_count(kt, use, parent) if parent > 0 else ex.ONE
-            total.append(ex.select(combines_on_device(kt, slot, reduced),
-                                   ex.mul(once, times), 0))
-    return ex.add(*total)
-
-
-def barrier_cost(kt: KernelTerms, slot: int) -> ex.Int:
-    """One barrier of the units of spatial `slot`: the level's fixed cost plus its cost
-    per unit meeting (UPMEM tasklets: measured 0.37 us at 1, 8.1 us at 16)."""
-    level = kt.hw.levels[kt.slots[slot].level_index]
-    return ex.add(level.barrier_ps, ex.mul(level.barrier_per_unit_ps, kt.units(slot)))
-
-
-def device_combine_capacity(kt: KernelTerms, workload: Workload, mem: Memory
-                            ) -> list[ex.Int]:
-    """Bytes of the combine buffers in `mem`: the parent memory's tile of each reduced
-    tensor, once per unit that contributes a partial."""
-    out: list[ex.Int] = []
-    for slot in kt.combined:
-        if device_combine_slots(kt).get(slot) != mem:
-            continue
-        parent = _parent_slot(kt, slot)
-        for use in kt.moving():
-            reduced = reduced_into(kt.kernel, use)
-            if not reduced:
-                continue
-            itemsize = workload.tensors[use.tensor].dtype.itemsize
-            rows = [kt.tile(d, parent) for d in use.indices[:-1]]
-            run = ex.mul(kt.tile(use.indices[-1], parent), itemsize) if use.indices \
-                else ex.const(itemsize)
-            padded = ex.mul(mem.rules.multiple, ex.ceil_div(run, mem.rules.multiple))
-            out.append(ex.select(combines_on_device(kt, slot, reduced),
-                                 ex.mul(kt.units(slot, reduced), padded, *rows), 0))
-    return out
 
 
 # ---------------------------------------------------------------- helpers

@@ -15,6 +15,7 @@ import dataclasses
 from collections.abc import Sequence
 
 from synth.constraints import expr as ex
+from synth.constraints.combines import exchanged_on_device
 from synth.constraints.cost import (
     KernelTerms,
     _blocking,
@@ -22,7 +23,6 @@ from synth.constraints.cost import (
     _memory_slots,
     _shared_pipelines,
     compute_cost,
-    exchanged_on_device,
     run_terms,
     tensor_transfer_cost,
     transfer_cost,

@@ -14,7 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from synth.constraints import expr as ex
-from synth.constraints.cost import Model, device_combine_memory, reduced_into
+from synth.constraints.combines import device_combine_memory
+from synth.constraints.cost import Model, reduced_into
 from synth.constraints.space import KernelSpec, Slot, SlotKind, TensorUse
 from synth.hardware import Memory
 from synth.ir.nodes import (

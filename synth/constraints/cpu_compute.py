@@ -1,0 +1,157 @@
+"""The CPU's compute terms (models with `compute.vector_tiles`: `cpu`): vector or scalar
+instructions by the register tile, the folds of vector accumulators, the dependence
+chains of accumulations under the out-of-order window, and the share of the registers'
+own loads and stores that adds to compute (`exposed_cost`). Builds on
+`synth.constraints.cost`; the per-statement prices are `synth.constraints.roofline`'s."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+from synth.constraints import expr as ex
+from synth.constraints import roofline
+from synth.constraints.cost import (
+    KernelTerms,
+    _memory_slots,
+    around_points,
+    copy_loops,
+    transfer_cost,
+    transfer_count,
+)
+from synth.workload import Num, Statement, Workload
+
+
+def vector_compute_cost(kt: KernelTerms, workload: Workload) -> ex.Int:
+    """`compute_cost` on a CPU with vector registers (`compute.vector_tiles`): vector
+    or scalar instructions by the register tile, and no faster than the dependence
+    chains of its accumulations allow (see `synth.constraints.roofline`)."""
+    compute = kt.hw.compute
+    innermost = len(kt.slots) - 1
+    vector = roofline.kernel_vector_dim(kt.kernel.statements)
+    width = {s.name: roofline.lanes(s, vector, workload, compute) for s in kt.kernel.statements}
+    whole = (roofline.whole_vectors(kt.tile(vector, innermost), max(width.values()),
+                                    kt.factors.domains)
+             if vector is not None else True)
+
+    def either(vectorised: ex.Int, scalar: ex.Int) -> ex.Int:
+        return vectorised if vectorised == scalar else ex.select(whole, vectorised, scalar)
+
+    def per_point(stmts: Sequence[Statement], vectorised: bool) -> int:
+        return sum(roofline.point_ps(s, compute, width[s.name] if vectorised else 1)
+                   for s in stmts)
+
+    points = kt.sequential_points()
+    folds = [fold_cost(kt, s, vector, width[s.name]) for s in kt.kernel.core
+             if vector is not None and vector in s.reduced and width[s.name] > 1]
+    issue = either(ex.add(ex.mul(per_point(kt.kernel.core, True), points), *folds),
+                   ex.mul(per_point(kt.kernel.core, False), points))
+    chains = [either(chain_cost(kt, s, vector if width[s.name] > 1 else None, width[s.name]),
+                     chain_cost(kt, s, None, 1))
+              for s in kt.kernel.core if s.reduced and roofline.accumulate_ps(s, compute)]
+    if kt.kernel.online is not None:  # each statement over its own points; no chains yet
+        from synth.constraints.online_terms import core_compute, step_prices
+        prices, step_folds = step_prices(kt, workload, {s.name: per_point([s], True)
+                                                        for s in kt.kernel.core})
+        issue = either(ex.add(core_compute(kt, prices), *folds, *step_folds),
+                       core_compute(kt, {s.name: ex.const(per_point([s], False))
+                                         for s in kt.kernel.core}))
+        chains = []
+    around = [either(ex.mul(per_point([s], True), around_points(kt, s)),
+                     ex.mul(per_point([s], False), around_points(kt, s)))
+              for s in kt.kernel.prologue + kt.kernel.epilogue]
+    return ex.add(ex.maximum(issue, *chains), *around)
+
+
+def fold_cost(kt: KernelTerms, stmt: Statement, vector: str, lanes: int) -> ex.Int:
+    """Folding the vector accumulators of `stmt`, a reduction along the vector dimension,
+    into its target (`KernelWriter.fold`): each time the target's register tile leaves
+    the registers, per element of it, its vector accumulators (one per vector of the
+    tile along the vector dimension) combine into one, whose lanes then combine one
+    scalar operation each."""
+    innermost = len(kt.slots) - 1
+    use = kt.kernel.use(stmt.target)
+    elements = ex.mul(transfer_count(kt, use, innermost),
+                      *(kt.tile(d, innermost) for d in use.indices))
+    op = roofline.point_ps(dataclasses.replace(stmt, expr=Num(0)), kt.hw.compute, 1)
+    vectors = ex.ceil_div(kt.tile(vector, innermost), lanes)  # exact where it is vectorised
+    return ex.add(ex.mul(op * lanes, elements), ex.mul(op, elements, vectors))
+
+
+def chain_cost(kt: KernelTerms, stmt: Statement, vector: str | None, lanes: int) -> ex.Int:
+    """The time the accumulations of `stmt` (a core reduction) take by their dependences:
+    each accumulator's updates in a row (`chain_points`) at the accumulate latency, where
+    the out-of-order core does not find enough other work to fill the wait. It does
+    between register tiles: while one tile's chain runs, the next tile's (independent)
+    instructions issue, as far as `accumulate_window` vector instructions ahead. So a
+    tile's chain is exposed in full only when the tile's instructions fill the window,
+    and otherwise in the share they fill:
+
+        latency x min(chain, instructions x (updates per tile) / window)"""
+    compute = kt.hw.compute
+    chain = chain_points(kt, stmt, vector)
+    latency = roofline.accumulate_ps(stmt, compute)
+    if not compute.accumulate_window:
+        return ex.mul(latency, chain)
+    instructions = ex.ceil_div(kt.sequential_points(), lanes)
+    shared = ex.ceil_div(ex.mul(instructions, updates_per_tile(kt, stmt, vector)),
+                         compute.accumulate_window)
+    return ex.mul(latency, ex.add(chain, shared, ex.mul(-1, ex.maximum(chain, shared))))
+
+
+def updates_per_tile(kt: KernelTerms, stmt: Statement, vector: str | None) -> ex.Int:
+    """Updates in a row of one accumulator while its register tile stays in the
+    registers: the reduction's steps inside the tile (but along a vectorised reduced
+    dimension, which are separate accumulators) and those of the loops the tile is
+    hoisted above (`transfer_loops`: optional loops that no later loop walking the
+    target follows)."""
+    innermost = len(kt.slots) - 1
+    use = kt.kernel.use(stmt.target)
+    loops = copy_loops(kt.slots, kt.kernel, innermost)
+    steps: list[ex.Int] = [kt.f(d, innermost) for d in kt.kernel.dims
+                           if d not in use.indices and d != vector]
+    for pos, loop in enumerate(loops.optional):
+        if loop.dim in use.indices:
+            continue
+        walks_later = ex.any_of(ex.greater_than_one(kt.f(lp.dim, lp.slot))
+                                for lp in loops.optional[pos:] if lp.dim in use.indices)
+        steps.append(ex.select(walks_later, 1, kt.f(loop.dim, loop.slot)))
+    return ex.mul(*steps)
+
+
+def chain_points(kt: KernelTerms, stmt: Statement, vector: str | None) -> ex.Int:
+    """Updates in a row of one accumulator of `stmt` (a core reduction) in one unit: its
+    points over the independent accumulators, which are the register tile's elements
+    of the target and, when vectorised along a reduced dimension (`vector`), that
+    dimension's register tile too (a vector accumulator per vector of it)."""
+    innermost = len(kt.slots) - 1
+    outer = [i for i in kt.temporal() if i != innermost]
+    return ex.mul(*(kt.dim_product(d, outer) if d in stmt.indices or d == vector
+                    else kt.dim_product(d, kt.temporal()) for d in kt.kernel.dims))
+
+
+def exposed_cost(kt: KernelTerms, workload: Workload) -> dict[str, ex.Int]:
+    """The moves into an overlapping memory that the core issues itself, in line with its
+    compute, keyed like `kernel_cost`'s parts: on the cpu model the vector registers'
+    loads, broadcasts and stores (`reg`), which are instructions of the same core as the
+    FMAs and overlap them only in part. A share `exposed` of their time (the memory's
+    rates scaled by it) adds to the compute that the caches' fills overlap:
+
+        max(compute + exposed x registers, registers, l1, l2, l3)
+
+    Measured per kernel (benchmarks/kernel_times.py): a GEMM whose register tile reloads
+    its accumulators every step of the reduction runs in compute + 0.6-0.9 x its
+    register moves, not in the longer of the two."""
+    out: dict[str, ex.Int] = {}
+    for slot, mem in _memory_slots(kt):
+        if not (mem.overlap and mem.exposed) or mem.push is not None:
+            continue
+        parent = kt.hw.memories[kt.hw.memories.index(mem) - 1]
+        share = dataclasses.replace(
+            mem, ps_per_byte=round(mem.ps_per_byte * mem.exposed),
+            store_ps_per_byte=round(mem.store_ps_per_byte * mem.exposed),
+            latency_ps=round(mem.latency_ps * mem.exposed),
+            write_latency_ps=(None if mem.write_latency_ps is None
+                              else round(mem.write_latency_ps * mem.exposed)))
+        out[f"transfer:{parent.name}->{mem.name}"] = transfer_cost(kt, workload, share, slot)
+    return out
