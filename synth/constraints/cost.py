@@ -665,14 +665,13 @@ def kernel_cost(kt: KernelTerms, workload: Workload) -> dict[str, ex.Int]:
             from synth.constraints.transfers import blocking_time  # builds on this module
             transfer = ex.add(blocking_time(kt, workload, compute), ex.mul(-1, compute))
         key = f"transfer:{parent.name}->{mem.name}"
-        if mem.overlap:
+        if mem.overlap and not mem.exposed:
             overlapping[key] = transfer
-        else:
+        elif not mem.overlap:
             parts[key] = transfer
-    exposed = exposed_cost(kt, workload)
+    exposed = exposed_cost(kt, workload)  # in line with compute (`cpu_compute`)
+    parts.update(exposed)
     parts.update(roofline.overlapped_parts(ex.add(compute, *exposed.values()), overlapping))
-    for key, term in exposed.items():  # the parts still sum to the kernel's time
-        parts[key] = ex.add(term, parts[key])
     return parts
 
 
@@ -692,13 +691,14 @@ def kernel_objective(kt: KernelTerms, workload: Workload, parts: Mapping[str, ex
                       blocking_time(kt, workload, parts["compute"]))
     overlapping = {f"transfer:{kt.hw.memories[kt.hw.memories.index(mem) - 1].name}->"
                    f"{mem.name}": transfer_cost(kt, workload, mem, slot)
-                   for slot, mem in _memory_slots(kt) if mem.overlap}
+                   for slot, mem in _memory_slots(kt) if mem.overlap and not mem.exposed}
     if overlapping:  # the parts telescope to max(compute, transfers): said so directly
         exposed = exposed_cost(kt, workload)
         return ex.add(ex.maximum(ex.add(parts["compute"], *exposed.values()),
                                  *overlapping.values()),
                       *(term for part, term in parts.items()
-                        if part != "compute" and part not in overlapping))
+                        if part != "compute" and part not in overlapping
+                        and part not in exposed))
     if len(kt.buffered) != 1:
         return ex.add(*parts.values())
     [(slot, buffers)] = kt.buffered.items()

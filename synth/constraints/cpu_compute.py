@@ -135,13 +135,16 @@ def exposed_cost(kt: KernelTerms, workload: Workload) -> dict[str, ex.Int]:
     compute, keyed like `kernel_cost`'s parts: on the cpu model the vector registers'
     loads, broadcasts and stores (`reg`), which are instructions of the same core as the
     FMAs and overlap them only in part. A share `exposed` of their time (the memory's
-    rates scaled by it) adds to the compute that the caches' fills overlap:
+    rates scaled by it) adds to the compute that the caches' fills overlap, and the rest
+    hides behind compute (so the kernel's part for them is this term alone):
 
-        max(compute + exposed x registers, registers, l1, l2, l3)
+        max(compute + exposed x registers, l1, l2, l3)
 
-    Measured per kernel (benchmarks/kernel_times.py): a GEMM whose register tile reloads
-    its accumulators every step of the reduction runs in compute + 0.6-0.9 x its
-    register moves, not in the longer of the two."""
+    (the registers' whole time is not in the max: it would take over only where they
+    move over 3x compute's time, and as a term of its own it tripled CP-SAT's time on
+    attention at S=4096). Measured per kernel (benchmarks/kernel_times.py): a GEMM
+    whose register tile reloads its accumulators every step of the reduction runs in
+    compute + 0.6-0.9 x its register moves, not in the longer of the two."""
     out: dict[str, ex.Int] = {}
     for slot, mem in _memory_slots(kt):
         if not (mem.overlap and mem.exposed) or mem.push is not None:
