@@ -9,9 +9,7 @@
 For each hardware model and sequence length S, `synth solve attention --set S=.. --set
 D=..` runs twice in a child process (without validation: the model's verdict is what is
 compared): with the rewrite free, and with it forbidden (`--fix online.<kernel>=0` for
-every online candidate kernel). On the tiled models (wormhole, blackhole) the group
-`online.ttlang` (tt-lang cannot emit the rewrite yet) is dropped: the table shows what
-the cost model would choose there. The table gives both modelled costs, their ratio
+every online candidate kernel). The table gives both modelled costs, their ratio
 (forbidden / free: above 1 where the rewrite pays), which kernels the free schedule
 runs online, and the solve times. With `--emit-c-at S`, the schedule on `cpu` at that
 length (free, or with `--fix`es) is also emitted as C, checked against the reference and
@@ -68,8 +66,6 @@ def point(hw: str, size: int, head: int, time_limit: float) -> dict[str, Any]:
     sizes = {"S": size, "D": head}
     base = ["attention", "--hw", hw, "--set", f"S={size}", "--set", f"D={head}",
             "--time-limit", str(time_limit), "--no-validate"]
-    if load_hardware(hw).compute.tiling.edge:  # tt-lang's models: what the model would pay
-        base += ["--drop", "online.ttlang"]
     free = solve(base)
     forbid = [a for name in online_kernels("attention", sizes)
               for a in ("--fix", f"online.{name}=0")]

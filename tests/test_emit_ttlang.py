@@ -11,6 +11,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from typer.testing import CliRunner
 
@@ -81,16 +82,17 @@ def _matmul(tmp_path: Path) -> Path:
 
 @pytest.mark.parametrize(("workload", "sizes", "written"), [
     ("fa6", {"S": 64, "D": 64}, 4),  # 64x64 of O
-    ("attention", {"S": 64, "D": 32}, 14),  # row max, exp, row sum, P V, normalise
+    # online (one kernel: running max, rescaled sums over the keys' blocks): O alone
+    ("attention", {"S": 64, "D": 32}, 4),
     ("softmax", {"N": 4096}, 10),  # scalar max and sum of a flat vector
     # batch and heads: [2, 2, 64, 32] tensors as 256 x 32 views, a block per (b, h)
-    ("mha", {"B": 2, "H": 2, "S": 64, "E": 32}, 56),
+    ("mha", {"B": 2, "H": 2, "S": 64, "E": 32}, 16),  # online too
     # a scale g[d] as a row of tiles broadcast down the rows (a column layout differs)
     ("rmsnorm", {"S": 64, "D": 64}, 6),
     ("layernorm", {"S": 64, "D": 64}, 12),
     ("swiglu", {"S": 64, "D": 64, "F": 64}, 12),
     # projections into heads: Wq[d, h, e] as 64 x (2*32), a block one head's columns
-    ("transformer", {"S": 64, "D": 64, "H": 2, "E": 32, "F": 64}, 60),
+    ("transformer", {"S": 64, "D": 64, "H": 2, "E": 32, "F": 64}, 40),
 ])
 def test_builtin_is_simulated_with_the_schedules_traffic(
         workload: str, sizes: dict[str, int], written: int, tmp_path: Path) -> None:
@@ -318,9 +320,10 @@ def test_a_block_of_several_heads_is_refused(tmp_path: Path) -> None:
 def test_a_reduction_split_in_steps_into_a_loaded_target(tmp_path: Path) -> None:
     """mha's scores with e split in two steps (E=64, 32 per block), the target read from
     DRAM (filled with 0 before): the loaded block starts an accumulator with two blocks
-    (one buffer stored into twice per wait deadlocked, as at mha's default size)."""
+    (one buffer stored into twice per wait deadlocked, as at mha's default size). The
+    scores kept a kernel of their own (`fuse.sc=1`: free, mha runs online, fused)."""
     out = tmp_path / "out"
-    outcome = _emit("mha", {"B": 1, "H": 2, "S": 64, "E": 64}, out, ("Q.sc.e=32",))
+    outcome = _emit("mha", {"B": 1, "H": 2, "S": 64, "E": 64}, out, ("fuse.sc=1", "Q.sc.e=32"))
     check = outcome.emitted.check if outcome.emitted else None
     assert isinstance(check, TtlangCheck) and check.passed, check
     assert (check.dram_tiles_read, check.dram_tiles_written) == (
@@ -352,3 +355,41 @@ def test_a_projection_into_heads_takes_each_heads_columns(
     assert broken.ran and not broken.passed and "y: DIFFERS" in broken.log, broken.log
     assert (broken.dram_tiles_read, broken.dram_tiles_written) == (
         broken.model_tiles_read, broken.model_tiles_written)
+
+
+def test_online_attention_is_chosen_emitted_and_right_where_exp_overflows(
+        tmp_path: Path) -> None:
+    """On wormhole the solver runs attention online (running max, the sums rescaled by
+    exp(m_old - m_new) at each step over the keys' blocks); the emitted step passes the
+    simulator on scores in the hundreds (exp of them overflows f32: only the rescaled
+    form is finite), with DRAM traffic and buffers equal to the model's. Without its
+    rescales the same program is caught."""
+    from synth.pipeline import evaluate_errors
+    out = tmp_path / "out"
+    outcome = _emit("attention", {"S": 128, "D": 32}, out)
+    env = outcome.result.env or {}
+    assert [n for n, v in env.items() if n.startswith("online.") and v == 1]
+    source = (out / "program.py").read_text()
+    assert "m_l1_scale_dfb.reserve() as scale" in source and "ttl.math.exp((m_l1_prev - m_l1))" \
+        in source and "for g_j in range(" in source  # several steps: rescales that matter
+    inputs = {t.name: np.load(out / "data" / f"input_{t.name}.npy")
+              for t in outcome.workload.inputs}
+    inputs["Q"] = (inputs["Q"] * 12).astype(np.float32)
+    inputs["K"] = (inputs["K"] * 12).astype(np.float32)
+    expected, bounds = evaluate_errors(outcome.workload, inputs)
+    for prefix, arrays in (("input", inputs), ("expected", expected), ("bound", bounds)):
+        for name, array in arrays.items():
+            np.save(out / "data" / f"{prefix}_{name}.npy", array)
+    scores = inputs["Q"].astype(np.float64) @ inputs["K"].T.astype(np.float64)
+    assert scores.max() > 100  # exp overflows f32 past 88.7
+    check = check_ttlang(out)
+    assert check.passed, check.log
+    assert check.pcc is not None and check.pcc > 0.9999
+    assert model_dram_tiles(outcome.model, env) == (check.dram_tiles_read,
+                                                    check.dram_tiles_written)
+    # the same buffers and waits, the factor 1: the sums are not rescaled
+    unscaled = source.replace("ttl.math.exp((m_l1_prev - m_l1))", "ttl.math.exp((m_l1 - m_l1))")
+    assert unscaled != source
+    (out / "program.py").write_text(unscaled)
+    broken = check_ttlang(out)
+    assert broken.ran and not broken.passed and "DIFFERS" in broken.log, broken.log

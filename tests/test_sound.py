@@ -93,8 +93,7 @@ def test_a_real_infeasible_is_infeasible() -> None:
 def test_online_attention_on_wormhole_solves_without_presolve() -> None:
     """The part whose presolve ran past 150 s and 12 GB (exact domains of a long sum of
     small-range factors times large coefficients) is proved without it."""
-    request = pipeline.Request("attention", "wormhole", {"S": 64, "D": 32},
-                               drops=("online.ttlang",), validate=False)
+    request = pipeline.Request("attention", "wormhole", {"S": 64, "D": 32}, validate=False)
     model = pipeline.encode(pipeline.parse(request), pipeline.hardware(request),
                             drops=request.drops)
     result = solve(model.constraints)

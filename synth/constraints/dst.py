@@ -198,8 +198,7 @@ def tiled_constraints(kt: KernelTerms, workload: Workload,
     kernel = kt.kernel
     innermost = len(kt.slots) - 1
     block = {d: kt.tile(d, innermost) for d in kernel.dims}
-    out = (count_constraints(kt, workload) + local_reduction_constraints(kt)
-           + online_constraints(kt))
+    out = count_constraints(kt, workload) + local_reduction_constraints(kt)
     if kt.packed is not None:  # tiles are the matrix engine's blocks: always packed
         out.append(NamedConstraint("implied", f"kernel {kernel.name}: a matmul of tiles runs "
                                    "on the matrix engine", ex.Cmp(kt.packed, "==", ex.ONE)))
@@ -262,17 +261,6 @@ def model_dataflow(model: Model, env: Mapping[str, int]) -> dict[str, tuple[int,
             ex.ONE if use.local else blocks) for use in kt.resident(slot)))
         out[kernel.name] = (ex.evaluate(terms.count, env), ex.evaluate(used, env))
     return out
-
-
-def online_constraints(kt: KernelTerms) -> list[NamedConstraint]:
-    """`online.ttlang`: an online kernel (`synth.constraints.online`) is not chosen; the
-    emitted tt-lang has no running statistics or rescale yet. Like `reduce.local`, a
-    limit of the tt-lang operations these models are emitted as, stated in the model
-    (`--drop online.ttlang` shows what the rewrite would be worth here)."""
-    if kt.kernel.online is None:
-        return []
-    return [NamedConstraint("online.ttlang", f"kernel {kt.kernel.name}: not chosen (tt-lang "
-                            f"has no online rewrite yet)", ex.Cmp(ex.ONE, "==", ex.ZERO))]
 
 
 def local_reduction_constraints(kt: KernelTerms) -> list[NamedConstraint]:

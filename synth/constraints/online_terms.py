@@ -103,9 +103,10 @@ def core_compute(kt: KernelTerms, point_ps: dict[str, ex.Int]) -> ex.Int:
 
 def footprint(kt: KernelTerms, itemsize: int) -> ex.Int:
     """Bytes of the previous maximum kept beside the running one in the innermost
-    memory (the rows of one compute tile)."""
+    memory (the rows of one compute tile). On a tiled core, none here: the step's
+    buffers are dataflow buffers of whole tiles (`tiled.dataflow_terms`)."""
     plan = kt.kernel.online
-    if plan is None:
+    if plan is None or kt.hw.compute.tiling.edge:
         return ex.ZERO
     innermost = len(kt.slots) - 1
     return ex.mul(itemsize, *(kt.tile(r, innermost) for r in plan.rows))

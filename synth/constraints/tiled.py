@@ -113,7 +113,8 @@ def dataflow_terms(kt: KernelTerms, workload: Workload) -> DataflowTerms:
     """Per tensor of the innermost memory (`synth.ir.dataflow`): `X_in` (its block count)
     when it is loaded and computed into, `X_out` when it is stored and read by one of the
     kernel's statements, `X_acc` (two blocks) when a core statement accumulates into it
-    inside a loop its block is resident across."""
+    inside a loop its block is resident across; for an online kernel, its running
+    maximum's `X_cur` and `X_scale` (a block each)."""
     slot = len(kt.slots) - 1
     mem = kt.hw.memories[-1]
     kernel = kt.kernel
@@ -138,6 +139,13 @@ def dataflow_terms(kt: KernelTerms, workload: Workload) -> DataflowTerms:
             count.append(ex.select(looped, 1, 0))
             extra.append(ex.select(looped, ex.mul(2, block), 0))
             maybe.append(f"{use.tensor}_acc")
+    plan = kernel.online
+    if plan is not None:  # the online step's X_cur and X_scale (`synth.emit.ttlang_online`)
+        running = kernel.use(plan.target)
+        block = block_bytes(kt, running, slot, cost.element_bytes(kt, workload, running, mem))
+        count.append(ex.const(2))
+        extra.append(ex.mul(2, block))
+        fixed += [f"{plan.target}_cur", f"{plan.target}_scale"]
     return DataflowTerms(ex.add(*count), ex.add(*extra) if extra else ex.ZERO,
                          tuple(fixed), tuple(maybe))
 

@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from synth.constraints.cost import contraction
+from synth.emit.ttlang_online import online_step
 from synth.errors import InputError
 from synth.ir.dataflow import folded, initial, kernel_buffers, roles
 from synth.ir.nodes import (
@@ -59,10 +60,10 @@ from synth.ir.nodes import (
     LoopKind,
     Node,
     Program,
+    Running,
     Store,
     walk,
 )
-from synth.ir.online import refuse_online
 from synth.tiles import is_statistic, tile_units
 from synth.workload import (
     Access,
@@ -602,6 +603,8 @@ def _compute(ctx: Ctx, body: tuple[Node, ...], depth: int, opened: frozenset[str
                 lines += [f"{pad}{INDENT}with {node.dst}_acc_dfb.reserve() as acc:",
                           f"{pad}{INDENT * 2}acc.store({block})"]
             return [*lines, *_compute(ctx, rest, depth + 1, opened | {block})]
+        if isinstance(node, Running):  # the online rewrite's step (`ttlang_online`)
+            return [*lines, *online_step(ctx, node, rest, depth, opened)]
         if isinstance(node, Loop):
             inner = _compute(ctx, node.body, depth + 1, opened) or [f"{pad}{INDENT}pass"]
             lines += [f"{pad}for {node.var.name} in range({node.var.extent}):", *inner]
@@ -661,7 +664,8 @@ def _starts(ctx: Ctx, node: Fill | Compute, rest: tuple[Node, ...]) -> bool:
                                   or folded(ctx.workload, start[0], start[1], rest))
 
 
-def _compute_node(ctx: Ctx, node: Compute, pad: str) -> list[str]:
+def node_expression(ctx: Ctx, node: Compute) -> tuple[Statement, str]:
+    """The compute's statement (unbatched) and its block expression."""
     stmt = unbatched(ctx.workload.statement(node.statement), ctx.lay)
     space = None
     if stmt.reduced and len(stmt.indices) == 1:  # a row reduction: the operand's block
@@ -670,7 +674,11 @@ def _compute_node(ctx: Ctx, node: Compute, pad: str) -> list[str]:
     elif stmt.reduced and not stmt.indices:  # a vector reduced to a scalar
         [operand] = [ctx.decls[b] for b in node.operands.values()][:1]
         space = _shape(ctx, operand.name)
-    expr = statement_expr(stmt, dict(node.operands), _shape(ctx, node.out), space)
+    return stmt, statement_expr(stmt, dict(node.operands), _shape(ctx, node.out), space)
+
+
+def _compute_node(ctx: Ctx, node: Compute, pad: str) -> list[str]:
+    stmt, expr = node_expression(ctx, node)
     out = node.out
     if out in ctx.accumulators and stmt.reduced:
         return [f"{pad}with {out}_acc_dfb.wait() as pre, {out}_acc_dfb.reserve() as acc:",
@@ -769,7 +777,6 @@ def _init_source(program: Program, workload: Workload) -> str:
 
 def program_source(program: Program, workload: Workload, accumulator_blocks: int = 2) -> str:
     """The whole file `tt-lang-sim` runs: the operations and the driver."""
-    refuse_online(program, "--emit ttlang")
     for tensor in workload.tensors.values():
         if tensor.dtype.value not in TORCH_DTYPES:
             raise EmitError(f"--emit ttlang: tensor {tensor.name} is {tensor.dtype.value}; "

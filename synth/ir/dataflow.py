@@ -13,7 +13,11 @@ kernel touches), the kernel holds:
   compute's readers take `X`, the writer `X_out`, since a buffer has one consumer;
 - `X_acc`, two blocks, when a loop inside X's scope accumulates into it (a reduction
   split in steps): each step waits for the previous block and reserves the next, which
-  one block deadlocks (the simulator shows it).
+  one block deadlocks (the simulator shows it);
+- `X_cur` and `X_scale` (one block each, X's shape), when X is the running maximum of
+  the online rewrite: this step's maximum for its readers, and the rescale factor
+  exp(c (X - X_prev)); the IR's previous tile X_prev is the block waited from `X_acc`
+  and has no buffer of its own (`synth.emit.ttlang_online`).
 
 `kernel_buffers` lists them from the IR (what `synth.emit.ttlang` declares); the cost
 model counts the same (`synth.constraints.tiled.dataflow_terms`) in `capacity.<l1>` and
@@ -26,7 +30,19 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from synth.ir.nodes import Alloc, BufferDecl, Compute, Fill, Kernel, Load, Loop, Node, Store, walk
+from synth.ir.nodes import (
+    Alloc,
+    BufferDecl,
+    Compute,
+    Fill,
+    Kernel,
+    Load,
+    Loop,
+    Node,
+    Running,
+    Store,
+    walk,
+)
 from synth.tiles import block_tiles, tile_units
 from synth.workload import Num, Workload
 
@@ -148,9 +164,15 @@ def kernel_buffers(kernel: Kernel, workload: Workload,
                    accumulator_blocks: int = ACCUMULATOR_BLOCKS) -> list[Dfb]:
     """Every dataflow buffer of the kernel, in the order the emitter declares them."""
     found = roles(kernel, workload)
+    steps = {n.running: n.previous for n in walk(kernel.body) if isinstance(n, Running)}
     out = []
     for name, decl in kernel_decls(kernel).items():
+        if name in steps.values():  # the previous maximum: the block waited from X_acc
+            continue
         dfbs = [Dfb(name, name, "", decl.buffers)]
+        if name in steps:  # the online step: the new maximum and the rescale factor
+            dfbs += [Dfb(f"{name}_cur", name, "cur", 1),
+                     Dfb(f"{name}_scale", steps[name], "scale", 1)]
         if name in found.rmw:
             dfbs.insert(0, Dfb(f"{name}_in", name, "in", decl.buffers))
         if name in found.forward:
