@@ -20,6 +20,7 @@ from synth.cli import app
 from synth.emit.mlir import emit_mlir
 from synth.emit.mlir_check import MlirCheck, check_mlir
 from synth.emit.upmem import CheckResult, check_upmem, emit_upmem
+from synth.ir.interpret import interpret
 from synth.ir.nodes import (
     Affine,
     Alloc,
@@ -34,8 +35,10 @@ from synth.ir.nodes import (
     Rescale,
     Running,
     Store,
+    walk,
 )
 from synth.ir.online import is_online
+from synth.ir.prove import prove
 from synth.ir.verify import verify
 from synth.reference import evaluate_errors, make_inputs
 from synth.workload import Workload
@@ -142,9 +145,9 @@ def test_solve_emits_online_mlir_and_reports_the_check(tmp_path: Path) -> None:
 def stepped(program: Program, kernel: str, dim: str, steps: int) -> Program:
     """`program` with the online step of `kernel` split into `steps` sequential steps
     over its pass dimension `dim` inside the tasklet (the tiles along `dim` allocated and
-    loaded per step, the running statistics kept across them): the model of upmem gives
-    an online kernel the whole pass in one WRAM tile, where the rescale only ever starts
-    from -inf; this is the nest with steps that exercise it."""
+    loaded per step, the running statistics kept across them), as the solver's nests step
+    at MRAM (`test_the_solver_steps_the_online_pass_inside_each_tasklet`), for any
+    kernel and number of steps."""
     def split(body: tuple[Node, ...]) -> tuple[Node, ...]:
         if not any(isinstance(n, Running) for n in body):
             return tuple(Loop(n.var, split(n.body)) if isinstance(n, Loop) else n
@@ -264,3 +267,50 @@ def test_solve_emits_online_upmem_and_reports_the_check(tmp_path: Path) -> None:
     emitted = data["emitted"]["upmem"]
     assert emitted["checked"] and emitted["passed"], emitted["log"]
     assert "rescaled to the new maximum" in (tmp_path / "dpu_s_m_p_l_o_O.c").read_text()
+
+
+# attention online on upmem with a WRAM too small for the keys and values of a whole row's
+# pass (K and V: 64 x 16 f32 each, 4 KiB): only steps over j inside a tasklet fit
+UP_SMALL_WRAM = Case.of("attention", "upmem", {"S": 64, "D": 16},
+                        (*SMALL_UPMEM, "wram.capacity=12KiB"))
+
+
+@needs_make
+def test_the_solver_steps_the_online_pass_inside_each_tasklet(tmp_path: Path) -> None:
+    built, program = forced(UP_SMALL_WRAM, "online.s_m_p_l_o_O=1", "T=4")
+    kernel = next(k for k in program.kernels if is_online(k))
+    tasklets = [n for n in walk(kernel.body) if isinstance(n, Loop)
+                and n.var.kind is LoopKind.PARALLEL and n.var.where == "tasklet"]
+    assert len(tasklets) == 1 and tasklets[0].var.extent == 4
+    steps = [n for n in walk(tasklets[0].body) if isinstance(n, Loop) and n.var.dim == "j"]
+    assert len(steps) == 1 and steps[0].var.kind is LoopKind.SEQUENTIAL
+    assert steps[0].var.extent > 1  # several steps over the pass, each a block of keys
+    inside = list(walk(steps[0].body))
+    assert any(isinstance(n, Running) for n in inside)
+    assert any(isinstance(n, Rescale) for n in inside)
+    kept = {n.buffer.name for n in walk(tasklets[0].body) if isinstance(n, Alloc)} - {
+        n.buffer.name for n in inside if isinstance(n, Alloc)}
+    assert {"m_wram", "l_wram", "o_wram"} <= kept  # running statistics across the steps
+    verify(program, built.workload, built.hw)
+    assert prove(program, built.workload, built.hw).proved
+    inputs = large(built.workload)
+    expected, bounds = evaluate_errors(built.workload, inputs)
+    got = interpret(program, built.workload, inputs)["O"]
+    np.testing.assert_allclose(got, expected["O"], rtol=2e-4, atol=2e-5)
+    emit_upmem(program, built.workload, built.hw, tmp_path, inputs, expected, bounds)
+    check = check_upmem(tmp_path)
+    assert check.passed, check.log[-3000:]
+    assert "rescaled to the new maximum" in (tmp_path / f"dpu_{kernel.name}.c").read_text()
+
+
+def test_online_attention_at_s512_fits_upmem_with_steps() -> None:
+    """At S = 512, D = 64 the keys and values of a whole pass (256 KiB) do not fit a
+    DPU's WRAM: the online kernel fits only by stepping through them (before the steps
+    were offered, `--fix online.s_m_p_l_o_O=1` was infeasible here: capacity.wram and
+    fusion.complete)."""
+    case = Case.of("attention", "upmem", {"S": 512, "D": 64}, SMALL_UPMEM)
+    built, program = forced(case, "online.s_m_p_l_o_O=1")
+    kernel = next(k for k in program.kernels if is_online(k))
+    steps = [n for n in walk(kernel.body) if isinstance(n, Loop) and n.var.dim == "j"]
+    assert steps and steps[0].var.kind is LoopKind.SEQUENTIAL and steps[0].var.extent > 1
+    verify(program, built.workload, built.hw)

@@ -75,10 +75,32 @@ class CopyLoops:
 def copy_loops(slots: Sequence[Slot], kernel: KernelSpec, mem_slot: int) -> CopyLoops:
     last_spatial = max((i for i in range(mem_slot) if slots[i].kind is SlotKind.SPATIAL),
                        default=-1)
+    inward = [lp for lp in pass_loops_inside(slots, kernel) if lp.slot < mem_slot]
     loops = [Loop(i, d) for i in range(mem_slot) if slots[i].kind is SlotKind.TEMPORAL
-             for d in kernel.dims]
+             for d in kernel.dims if Loop(i, d) not in inward]
     return CopyLoops(tuple(lp for lp in loops if lp.slot < last_spatial),
-                     tuple(lp for lp in loops if lp.slot > last_spatial))
+                     (*inward, *(lp for lp in loops if lp.slot > last_spatial)))
+
+
+def pass_loops_inside(slots: Sequence[Slot], kernel: KernelSpec) -> tuple[Loop, ...]:
+    """Where the innermost parallel level has no sequential loop of its own (UPMEM: the
+    tasklets' tiles are WRAM's, the innermost memory), an online kernel's sequential loop
+    over its pass dimension at the memory just above it (MRAM) runs inside the units,
+    first of their loops: the units never split the pass (the group `online`), so the
+    loop commutes with theirs, and each unit steps through its rows' pass keeping their
+    running statistics across the steps (FlashAttention's steps inside one tasklet; the
+    memory's tile holds the whole pass, each step a block of it). Outside the units, the
+    innermost memory's tiles would be made anew at every step, and the sums the epilogue
+    completes could not run over it (`fusion.complete`). Empty for other kernels and
+    models (a CPU steps inside each core at L2 and L1). The nest order is
+    `ir.materialize.KernelBuilder._loops`'."""
+    plan = kernel.online
+    last_spatial = max((i for i, s in enumerate(slots) if s.kind is SlotKind.SPATIAL),
+                       default=-1)
+    if (plan is None or last_spatial != len(slots) - 2 or last_spatial < 1
+            or slots[last_spatial - 1].kind is SlotKind.SPATIAL):
+        return ()
+    return (Loop(last_spatial - 1, plan.dim),)
 
 
 # ---------------------------------------------------------------- per-kernel terms

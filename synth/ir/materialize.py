@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from synth.constraints import expr as ex
 from synth.constraints.combines import device_combine_memory
-from synth.constraints.cost import Model, reduced_into
+from synth.constraints.cost import Model, pass_loops_inside, reduced_into
 from synth.constraints.space import KernelSpec, Slot, SlotKind, TensorUse
 from synth.hardware import Memory
 from synth.ir.nodes import (
@@ -77,6 +77,7 @@ class KernelBuilder:
         self.slots = model.slots
         self.factor = {(d, s): ex.evaluate(model.factors.of(spec.name, d, s), env)
                        for d in spec.dims for s in range(len(self.slots))}
+        self.inward = pass_loops_inside(self.slots, spec)
         self.loops = self._loops()
         self.on_device = {slot for slot, term in model.combines.get(spec.name, {}).items()
                           if ex.evaluate(term, env) == 1}
@@ -104,7 +105,13 @@ class KernelBuilder:
                     symbol = f"{slot.symbol}.{self.spec.name}.{dim}"
                     loops.append((index, LoopVar(name, dim, symbol, extent,
                                                  self.tile(dim, index + 1), kind, slot.name)))
-        return loops
+        inward = {(lp.slot, lp.dim) for lp in self.inward}  # first inside the units
+        moved = [(s, v) for s, v in loops if (s, v.dim) in inward]
+        rest = [(s, v) for s, v in loops if (s, v.dim) not in inward]
+        last_spatial = max((i for i, s in enumerate(self.slots)
+                            if s.kind is SlotKind.SPATIAL), default=-1)
+        at = sum(1 for s, _ in rest if s <= last_spatial)
+        return rest[:at] + moved + rest[at:]
 
     def tile(self, dim: str, first_slot: int) -> int:
         size = 1
@@ -150,7 +157,8 @@ class KernelBuilder:
                            default=-1)
         depth = 0
         for position, (loop_slot, var) in enumerate(self.loops, start=1):
-            encloses = (loop_slot <= last_spatial
+            inward = any(lp.slot == loop_slot and lp.dim == var.dim for lp in self.inward)
+            encloses = ((loop_slot <= last_spatial and not inward)
                         or (loop_slot < slot and var.dim in use.indices))
             if encloses:
                 depth = position
