@@ -20,8 +20,7 @@ from synth.constraints.space import candidate_kernels
 from synth.emit.c import emit_c
 from synth.emit.c_check import check_c
 from synth.ir.interpret import interpret
-from synth.ir.nodes import Alloc, Compute, Rescale, Running, walk
-from synth.ir.online import OnlineEmitError, refuse_online
+from synth.ir.nodes import Alloc, Compute, Rescale, walk
 from synth.ir.printer import print_program
 from synth.ir.prove import prove
 from synth.ir.verify import verify
@@ -229,13 +228,6 @@ def test_forcing_and_forbidding_the_online_rewrite() -> None:
     assert "m_p_l_o_O" not in [g["name"] for g in other["groups"]]
     assert got["validation"]["passed"] and other["validation"]["passed"]
     assert got["variables"]["online.m_p_l_o_O"] == 1
-
-
-def test_emitters_without_the_rewrite_refuse_it() -> None:
-    _, program = forced(ATTENTION, *STEPS)
-    with pytest.raises(OnlineEmitError, match="--fix online.m_p_l_o_O=0"):
-        refuse_online(program, "--emit other")
-    assert any(isinstance(n, Running) for k in program.kernels for n in walk(k.body))
 
 
 def test_tt_lang_models_choose_the_rewrite() -> None:

@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from synth.constraints.online import OnlinePlan
-from synth.errors import IRError, SynthError
+from synth.errors import IRError
 from synth.hardware import Hardware
 from synth.ir.nodes import (
     Alloc,
@@ -31,7 +31,6 @@ from synth.ir.nodes import (
     Compute,
     Kernel,
     Node,
-    Program,
     Rescale,
     Running,
     walk,
@@ -98,24 +97,9 @@ def describe(node: Running | Rescale) -> str:
             f"{node.previous}))")
 
 
-class OnlineEmitError(SynthError):
-    """An emitter cannot express the online rewrite (exit code 2, as `EmitError`)."""
-
-
 def is_online(kernel: Kernel) -> bool:
     """Whether a kernel runs with the online rewrite (has its nodes)."""
     return any(isinstance(n, Running | Rescale) for n in walk(kernel.body))
-
-
-def refuse_online(program: Program, emitter: str) -> None:
-    """An emitter without the online rewrite's nodes refuses a program that has them
-    (exit 2), naming the decision that gives a schedule it can emit."""
-    for kernel in program.kernels:
-        if is_online(kernel):
-            raise OnlineEmitError(f"{emitter} cannot emit kernel {kernel.name} yet: it runs "
-                            f"with the online rewrite (a running maximum and the rescale "
-                            f"of its sums), which only --emit c implements; solve with "
-                            f"--fix online.{kernel.name}=0 for a schedule without it")
 
 
 def step_in_cache(kernel: Kernel, hw: Hardware) -> bool:
