@@ -253,11 +253,11 @@ class _Candidates:
             self.record(name, cutoff, self.shapes[name].own(solved[key]))
 
     def solve_in_parallel(self, submit: Submit, jobs: int, solve_fixed: SolveFixed) -> None:
-        """`jobs` processes at once: this one and `jobs` - 1 workers. Each candidate
-        starts once every candidate that runs a strict subset of its statements has its
-        result; large ones (`WORKER_DECISIONS`) go to a free worker, the others (and
-        large ones while every worker is busy) are solved here. A candidate whose worker
-        failed (the process died) is solved here."""
+        """`jobs` worker processes solve the large candidates (`WORKER_DECISIONS`), this
+        one the small ones meanwhile. Each candidate starts once every candidate that
+        runs a strict subset of its statements has its result, in `order`; a large one
+        waits for a free worker. A candidate whose worker failed (the process died) is
+        solved here."""
         waiting = list(self.order)
         below = {name: {other for other in self.parts.names
                         if self.covered[other] < self.covered[name]} for name in waiting}
@@ -280,8 +280,9 @@ class _Candidates:
                 collect(done)
             if self.out_of_time():
                 waiting.clear()
-            ready = next((n for n in waiting if not below[n] - self.results.keys()), None)
-            if ready is None:  # every candidate left needs one still running
+            ready = next((n for n in waiting if not below[n] - self.results.keys()
+                          and (len(running) < jobs or not self.large(n))), None)
+            if ready is None:  # each candidate left needs one still running, or a worker
                 if running:
                     wait([future for future, _ in running.values()],
                          return_when=FIRST_COMPLETED)
@@ -293,14 +294,16 @@ class _Candidates:
                 self.record(ready, cutoff, self.shapes[ready].own(solved[key]))
             elif key in running:  # the same problem is being solved: wait for it
                 running[key][1].append((ready, cutoff))
-            elif (len(self.parts.owned[ready].decisions) >= WORKER_DECISIONS
-                  and len(running) < jobs - 1):
+            elif self.large(ready):
                 running[key] = (self._start(submit, solve_fixed, ready, cutoff),
                                 [(ready, cutoff)])
             else:
                 result = solve_fixed(self.parts.owned[ready], self.time_left(), cutoff)
                 solved[key] = self.shapes[ready].canonical(result)
                 self.record(ready, cutoff, result)
+
+    def large(self, name: str) -> bool:
+        return len(self.parts.owned[name].decisions) >= WORKER_DECISIONS
 
     def _start(self, submit: Submit, solve_fixed: SolveFixed, name: str,
                cutoff: int | None) -> Future[SolveResult]:
