@@ -32,7 +32,7 @@ from synth.hwfile import load_hardware
 from synth.ir.materialize import materialize
 from synth.ir.nodes import Loop, LoopKind, Node, Program, walk
 from synth.ir.verify import verify
-from synth.lang import load_workload, parse_workload
+from synth.lang import load_workload, parse_workload, read_workload
 from synth.pipeline import encode
 from synth.workload import Workload
 
@@ -232,3 +232,32 @@ EXHAUSTIVE_CASES = [
     Case.of("matmul", "cpu", {"M": 4, "N": 2, "K": 2}, TWO_CORES),
     Case.of("attention", "cpu", {"S": 2, "D": 4}, TWO_CORES),
 ]
+
+
+# ---------------------------------------------------------------- tt-lang workloads
+
+F32_MATMUL = """size M = 64
+size N = 64
+size K = 128
+in  A : f32[M, K]
+in  B : f32[K, N]
+out C : f32[M, N]
+C[m, n]  = 0
+C[m, n] += A[m, k] * B[k, n]
+"""
+# the fill and the product fused, C accumulated over 4 blocks of k
+SPLIT_K = ("fuse.C#1_C#2=1", "Q.C#1_C#2.k=32")
+
+
+def f32_matmul(directory: Path) -> Path:
+    """`F32_MATMUL` as a workload file in `directory`."""
+    path = directory / "mm.syn"
+    path.write_text(F32_MATMUL)
+    return path
+
+
+def f32_twin(builtin: str, directory: Path) -> Path:
+    """An i32 built-in over f32 (tt-lang-sim 1.1.6 has no int32), as a file."""
+    twin = directory / f"{builtin}.syn"
+    twin.write_text(read_workload(builtin)[0].replace("i32", "f32"))
+    return twin

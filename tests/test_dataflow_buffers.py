@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from conftest import SPLIT_K, f32_matmul, f32_twin
 
 from synth import pipeline
 from synth.constraints.dst import MAX_BUFFERS, model_dataflow
@@ -21,7 +22,6 @@ from synth.hwfile import load_hardware
 from synth.ir.dataflow import block_bytes, kernel_buffers, kernel_decls, kernel_usage
 from synth.ir.materialize import materialize
 from synth.ir.verify import verify
-from synth.lang import read_workload
 
 # every built-in at reduced sizes that still leave several blocks (the simulated set of
 # tests/test_emit_ttlang.py); the integer ones as their f32 twins for the emitter
@@ -34,24 +34,8 @@ BUILTINS = [
     ("matmul", {"M": 64, "N": 64, "K": 128}), ("gemm2k", {"M": 64, "N": 64, "K": 64}),
 ]
 INTEGER = ("va", "red", "mv", "matmul", "gemm2k")
-MATMUL = """size M = 64
-size N = 64
-size K = 128
-in  A : f32[M, K]
-in  B : f32[K, N]
-out C : f32[M, N]
-C[m, n]  = 0
-C[m, n] += A[m, k] * B[k, n]
-"""
-SPLIT_K = ("fuse.C#1_C#2=1", "Q.C#1_C#2.k=32")  # C accumulated over 4 blocks of k
-
-
 def _workload(name: str, tmp_path: Path) -> str:
-    if name not in INTEGER:
-        return name
-    twin = tmp_path / f"{name}.syn"
-    twin.write_text(read_workload(name)[0].replace("i32", "f32"))
-    return str(twin)
+    return str(f32_twin(name, tmp_path)) if name in INTEGER else name
 
 
 def _solve(workload: str, sizes: dict[str, int], fixes: tuple[str, ...] = (),
@@ -108,19 +92,13 @@ def test_sampled_schedules_declare_the_models_buffers(workload: str, sizes: dict
     assert extra > 0  # the schedules drawn have second buffers: the test sees them
 
 
-def _matmul(tmp_path: Path) -> str:
-    path = tmp_path / "mm.syn"
-    path.write_text(MATMUL)
-    return str(path)
-
-
 def test_an_accumulator_counts_in_l1_so_a_smaller_l1_changes_the_schedule(
         tmp_path: Path) -> None:
     """Split-k matmul: C accumulates over four blocks of k in C_l1_acc (two blocks) and
     leaves in C_l1. With L1 one byte short of what that schedule holds (its blocks without
     the accumulator would still fit), forcing it is infeasible and explained by
     capacity.l1; free, the solver picks another schedule that fits."""
-    outcome = _solve(_matmul(tmp_path), {}, SPLIT_K)
+    outcome = _solve(str(f32_matmul(tmp_path)), {}, SPLIT_K)
     assert outcome.program is not None
     [kernel] = outcome.program.kernels
     roles = {d.role: d.blocks for d in kernel_buffers(kernel, outcome.workload)}
@@ -131,11 +109,11 @@ def test_an_accumulator_counts_in_l1_so_a_smaller_l1_changes_the_schedule(
     assert needed - without == 2 * block_bytes(kernel, decls["C_l1"], 32) > 0
     assert count == len(decls) + 1
     short = (f"l1.capacity={needed - 1}",)
-    forced = _solve(_matmul(tmp_path), {}, SPLIT_K, short)
+    forced = _solve(str(f32_matmul(tmp_path)), {}, SPLIT_K, short)
     assert forced.result.status is Status.INFEASIBLE
     assert forced.explanation is not None
     assert "capacity.l1" in {c.group for c in forced.explanation}
-    free = _solve(_matmul(tmp_path), {}, (), short)  # any other way holds more tiles
+    free = _solve(str(f32_matmul(tmp_path)), {}, (), short)  # any other way holds more tiles
     assert free.result.status is Status.INFEASIBLE and free.explanation is not None
     assert "capacity.l1" in {c.group for c in free.explanation}
 
@@ -190,7 +168,7 @@ def test_verify_counts_l1_in_whole_tiles_and_every_dataflow_buffer(tmp_path: Pat
     buffers (whole tiles, block counts and the accumulator: the model's number) and
     passes at that size; a row statistic m[i] is a column of whole tiles (a 4 KiB f32
     tile per 32 rows), not its elements' bytes."""
-    outcome = _solve(_matmul(tmp_path), {}, SPLIT_K)
+    outcome = _solve(str(f32_matmul(tmp_path)), {}, SPLIT_K)
     assert outcome.program is not None
     [(_, needed)] = model_dataflow(outcome.model, outcome.result.env or {}).values()
     verify(outcome.program, outcome.workload,

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from conftest import SPLIT_K, f32_matmul, f32_twin
 from typer.testing import CliRunner
 
 from synth import pipeline
@@ -23,20 +24,9 @@ from synth.emit.targets import target
 from synth.emit.ttlang import program_source
 from synth.emit.ttlang_check import TtlangCheck, check_ttlang
 from synth.ir.nodes import Affine, Alloc, BufferDecl, walk
-from synth.lang import read_workload
 
 pytest.importorskip("ttl")
 
-MATMUL = """size M = 64
-size N = 64
-size K = 128
-in  A : f32[M, K]
-in  B : f32[K, N]
-out C : f32[M, N]
-C[m, n]  = 0
-C[m, n] += A[m, k] * B[k, n]
-"""
-SPLIT_K = ("fuse.C#1_C#2=1", "Q.C#1_C#2.k=32")  # an accumulator over 4 blocks of k
 BATCHED = """size B = 3
 size M = 64
 size N = 64
@@ -72,12 +62,6 @@ def _emit(workload: str, sizes: dict[str, int], out: Path, fixes: tuple[str, ...
                                             emit="ttlang", out_dir=str(out)))
     assert outcome.emitted is not None
     return outcome
-
-
-def _matmul(tmp_path: Path) -> Path:
-    path = tmp_path / "mm.syn"
-    path.write_text(MATMUL)
-    return path
 
 
 @pytest.mark.parametrize(("workload", "sizes", "written"), [
@@ -124,8 +108,7 @@ def test_the_integer_builtins_f32_twins_are_simulated_with_the_schedules_traffic
         workload: str, sizes: dict[str, int], written: int, tmp_path: Path) -> None:
     """tt-lang-sim 1.1.6 has no int32 (i32 is refused: test_refusals below), so the
     i32 built-ins are checked as the same programs over f32."""
-    twin = tmp_path / f"{workload}.syn"
-    twin.write_text(read_workload(workload)[0].replace("i32", "f32"))
+    twin = f32_twin(workload, tmp_path)
     assert_simulated_as_modelled(_emit(str(twin), sizes, tmp_path / "out"), written)
 
 
@@ -133,7 +116,7 @@ def test_an_accumulator_over_a_loop_with_one_block_deadlocks(tmp_path: Path) -> 
     """The split-k matmul accumulates C across four blocks of k: its buffer is read and
     rewritten, so it needs block_count 2; with 1 the simulator reports the deadlock."""
     out = tmp_path / "out"
-    outcome = _emit(str(_matmul(tmp_path)), {}, out, SPLIT_K)
+    outcome = _emit(str(f32_matmul(tmp_path)), {}, out, SPLIT_K)
     check = outcome.emitted.check
     assert isinstance(check, TtlangCheck) and check.passed, check
     assert model_dram_tiles(outcome.model, outcome.result.env or {}) == (
@@ -150,7 +133,7 @@ def test_an_accumulator_over_a_loop_with_one_block_deadlocks(tmp_path: Path) -> 
 
 def test_a_copy_of_the_wrong_tile_count_and_a_wrong_result_are_caught(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    _emit(str(_matmul(tmp_path)), {}, out)
+    _emit(str(f32_matmul(tmp_path)), {}, out)
     good = (out / "program.py").read_text()
     first = good.index("ttl.copy(A[")
     end = good.index(", blk)", first)
@@ -175,7 +158,7 @@ def test_buffers_other_than_the_schedules_fail_the_check(
     are compared with the schedule's per operation: one more block is caught, as is a
     schedule whose numbers differ (exit 4 from the CLI); JSON has both per operation."""
     out = tmp_path / "out"
-    outcome = _emit(str(_matmul(tmp_path)), {}, out)
+    outcome = _emit(str(f32_matmul(tmp_path)), {}, out)
     check = outcome.emitted.check if outcome.emitted else None
     assert isinstance(check, TtlangCheck) and check.passed
     [(mine, theirs)] = check.buffers.values()
@@ -190,7 +173,7 @@ def test_buffers_other_than_the_schedules_fail_the_check(
     assert declared[1] - schedule[1] == 4 * 32 * 32 * 4  # A's block: 1x4 f32 tiles
     assert "program.py declares 3" in more.log and "DIFFERENT" in more.log
     monkeypatch.setattr(target("ttlang"), "emit", _undercounting(target("ttlang").emit))
-    result = CliRunner().invoke(app, ["solve", str(_matmul(tmp_path)), "--hw", "wormhole",
+    result = CliRunner().invoke(app, ["solve", str(f32_matmul(tmp_path)), "--hw", "wormhole",
                                       "--emit", "ttlang", "--out", str(tmp_path / "u"),
                                       "--json"])
     assert result.exit_code == 4, result.output

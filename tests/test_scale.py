@@ -93,7 +93,7 @@ def test_transformer_uses_the_partition_and_proves_its_optimum() -> None:
 @pytest.mark.parametrize("hw", ["cpu", "upmem"])
 def test_candidates_in_worker_processes_give_the_same_schedule(
         hw: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """`--jobs 3`: the candidates solved side by side in three processes get the same
+    """`--jobs 3`: the candidates solved side by side by three worker processes get the same
     cutoffs, so the same results and the same schedule as one after the other."""
     cset = model_of("transformer", hw, REDUCED["transformer"]).constraints
     alone = cpsat.solve(cset, conftest.WALL_S, work_limit_s=conftest.WORK_S)
