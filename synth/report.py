@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from synth.constraints import expr as ex
+from synth.constraints.cost import contraction
 from synth.constraints.dst import subblock_meanings
 from synth.constraints.explain import group_infos
 from synth.constraints.result import Status
@@ -124,6 +125,12 @@ def _factor_meanings(outcome: Outcome) -> dict[str, str]:
                 meanings[term.name] = (f"2 when kernel {kernel} double-buffers the tiles "
                                        f"moving into {slots[index].name} (transfers overlap "
                                        f"compute), 1 otherwise")
+    for kernel, term in model.packs.items():
+        if isinstance(term, ex.Var) and kernel in used:
+            spec = next(k for k in model.kernels if k.name == kernel)
+            names = ", ".join(s.name for s in spec.core if contraction(s) is not None)
+            meanings[term.name] = (f"1 when kernel {kernel}'s contractions ({names}) run on "
+                                   "the matrix intrinsic")
     meanings.update(subblock_meanings(env, used))
     for (kernel, dim, index), term in model.factors.terms.items():
         if not isinstance(term, ex.Var) or kernel not in used:

@@ -66,7 +66,7 @@ def _emit(workload: str, sizes: dict[str, int], out: Path, fixes: tuple[str, ...
 
 @pytest.mark.parametrize(("workload", "sizes", "written"), [
     ("fa6", {"S": 64, "D": 64}, 4),  # 64x64 of O
-    # online (one kernel: running max, rescaled sums over the keys' blocks): O alone
+    # online, one kernel with O, the keys in one block (a step without rescales)
     ("attention", {"S": 64, "D": 32}, 4),
     ("softmax", {"N": 4096}, 10),  # scalar max and sum of a flat vector
     # batch and heads: [2, 2, 64, 32] tensors as 256 x 32 views, a block per (b, h)
@@ -74,7 +74,8 @@ def _emit(workload: str, sizes: dict[str, int], out: Path, fixes: tuple[str, ...
     # a scale g[d] as a row of tiles broadcast down the rows (a column layout differs)
     ("rmsnorm", {"S": 64, "D": 64}, 6),
     ("layernorm", {"S": 64, "D": 64}, 12),
-    ("swiglu", {"S": 64, "D": 64, "F": 64}, 12),
+    # the two projections of x fused (a_b_h: both contractions on the matrix engine)
+    ("swiglu", {"S": 64, "D": 64, "F": 64}, 8),
     # projections into heads: Wq[d, h, e] as 64 x (2*32), a block one head's columns
     ("transformer", {"S": 64, "D": 64, "H": 2, "E": 32, "F": 64}, 40),
 ])
@@ -349,7 +350,8 @@ def test_online_attention_is_chosen_emitted_and_right_where_exp_overflows(
     rescales the same program is caught."""
     from synth.pipeline import evaluate_errors
     out = tmp_path / "out"
-    outcome = _emit("attention", {"S": 128, "D": 32}, out)
+    # the keys in blocks of 32 (free, the solver takes all 128 in one step: no rescale)
+    outcome = _emit("attention", {"S": 128, "D": 32}, out, ("Q.s_m_p_l_o_O.j=32",))
     env = outcome.result.env or {}
     assert [n for n, v in env.items() if n.startswith("online.") and v == 1]
     source = (out / "program.py").read_text()

@@ -402,7 +402,7 @@ def with_buffer_choices(kt: KernelTerms, domains: dict[str, tuple[int, ...]]
 
 
 def pack_decision(kernel: str) -> str:
-    """`pack.C#2` is 1 when kernel C#2's contraction runs on the matrix intrinsic."""
+    """`pack.C#2` is 1 when kernel C#2's contractions run on the matrix intrinsic."""
     return f"pack.{kernel}"
 
 
@@ -419,21 +419,30 @@ def contraction(stmt: Statement) -> tuple[str, str, str] | None:
     return (m, n, k) if operands == {frozenset((m, k)), frozenset((k, n))} else None
 
 
-def packable(kt: KernelTerms) -> tuple[Statement, Intrinsic] | None:
-    """The kernel's one core contraction and the intrinsic for its dtype, if any."""
+def packable(kt: KernelTerms) -> tuple[tuple[Statement, Intrinsic], ...]:
+    """Each core contraction of the kernel with the intrinsic for its dtype: all of them
+    (an online kernel's two, s = Q K^T and o += p V, included), or none when one has no
+    intrinsic for its dtype. One decision (`pack.<kernel>`) covers them all: the emitters
+    write every contraction of a kernel alike (tt-lang: each a block product `a @ b`;
+    MLIR: a linalg op whatever the decision, see `with_pack_choice`), and on a tiled core
+    every matmul runs on the matrix engine anyway (`dst.tiled_constraints`), so a choice
+    per contraction would only add decisions that cannot differ."""
     found = [s for s in kt.kernel.core if contraction(s) is not None]
-    if (kt.kernel.online is not None or len(found) != 1
-            or found[0].dtype.value not in kt.hw.compute.intrinsics):
-        return None
-    return found[0], kt.hw.compute.intrinsics[found[0].dtype.value]
+    intrinsics = kt.hw.compute.intrinsics
+    if not found or any(s.dtype.value not in intrinsics for s in found):
+        return ()
+    return tuple((s, intrinsics[s.dtype.value]) for s in found)
 
 
 def with_pack_choice(kt: KernelTerms, domains: dict[str, tuple[int, ...]]) -> KernelTerms:
-    """A 0/1 decision (added to `domains`) when the kernel's contraction may run on the
-    hardware's matrix intrinsic: packed, its compute tile is a multiple of the
-    intrinsic's block and a point costs the intrinsic's share; its operand tiles are
-    laid out in blocks each time they move into the innermost memory (`pack_cost`)."""
-    if packable(kt) is None:
+    """A 0/1 decision (added to `domains`) when the kernel's contractions may run on the
+    hardware's matrix intrinsic: packed, the compute tile of each one's m, n and k is a
+    multiple of the intrinsic's block and each of its points costs the intrinsic's share;
+    its operand tiles are laid out in blocks each time they move into the innermost
+    memory (`pack_cost`). The decision prices; the MLIR emitter writes the same linalg
+    ops either way (transform.mlir has no pack: the layout is left to the AIE lowering),
+    tt-lang writes every contraction as a block product."""
+    if not packable(kt):
         return kt
     name = pack_decision(kt.kernel.name)
     domains[name] = (0, 1)
@@ -441,37 +450,45 @@ def with_pack_choice(kt: KernelTerms, domains: dict[str, tuple[int, ...]]) -> Ke
 
 
 def intrinsic_constraints(kt: KernelTerms) -> list[NamedConstraint]:
-    """Packed, the compute tile of m, n and k is a multiple of the intrinsic's block."""
+    """Packed, the compute tile of each contraction's m, n and k is a multiple of the
+    intrinsic's block (once per dimension and block, however many contractions share it)."""
     found = packable(kt)
-    if found is None or kt.packed is None:
+    if not found or kt.packed is None:
         return []
-    stmt, intrinsic = found
-    roles = contraction(stmt)
-    assert roles is not None
     innermost = len(kt.slots) - 1
-    out = []
-    for dim, block in zip(roles, (intrinsic.m, intrinsic.n, intrinsic.k), strict=True):
-        fits = ex.Cmp(ex.mod(kt.tile(dim, innermost), block), "==", ex.ZERO)
-        out.append(NamedConstraint(
-            "intrinsic", f"kernel {kt.kernel.name}: packed, the compute tile of {dim} is a "
-            f"multiple of {block} ({intrinsic.m}x{intrinsic.n}x{intrinsic.k} intrinsic)",
-            ex.AnyOf((ex.Cmp(kt.packed, "==", ex.ZERO), fits))))
-    return out
+    out: dict[tuple[str, int], NamedConstraint] = {}
+    for stmt, intrinsic in found:
+        roles = contraction(stmt)
+        assert roles is not None
+        shape = f"{intrinsic.m}x{intrinsic.n}x{intrinsic.k}"
+        for dim, block in zip(roles, (intrinsic.m, intrinsic.n, intrinsic.k), strict=True):
+            if (dim, block) in out:
+                continue
+            fits = ex.Cmp(ex.mod(kt.tile(dim, innermost), block), "==", ex.ZERO)
+            out[(dim, block)] = NamedConstraint(
+                "intrinsic", f"kernel {kt.kernel.name}: packed, the compute tile of {dim} is "
+                f"a multiple of {block} (contraction {stmt.name}, {shape} intrinsic)",
+                ex.AnyOf((ex.Cmp(kt.packed, "==", ex.ZERO), fits)))
+    return list(out.values())
 
 
 def pack_cost(kt: KernelTerms) -> ex.Int:
-    """Packed: each operand tile is laid out in blocks when it moves into the innermost
-    memory (and the result laid back when it moves out), per element."""
+    """Packed: each operand tile of a contraction is laid out in blocks when it moves into
+    the innermost memory (and the result laid back when it moves out), per element, at
+    the intrinsic of the contraction that first uses the tensor (local tensors, such as
+    an online kernel's p, never move)."""
     found = packable(kt)
-    if found is None or kt.packed is None:
+    if not found or kt.packed is None:
         return ex.ZERO
-    stmt, intrinsic = found
+    per_tensor: dict[str, Intrinsic] = {}
+    for stmt, intrinsic in found:
+        for t in (stmt.target, *stmt.inputs):
+            per_tensor.setdefault(t, intrinsic)
     moves = [ex.scale(tile_points(kt, kt.kernel.use(t), kt.kernel.use(t).indices),
-                      int(kt.kernel.use(t).read) + int(kt.kernel.use(t).written))
-             for t in dict.fromkeys((stmt.target, *stmt.inputs))
-             if not kt.kernel.use(t).local]
-    per = intrinsic.pack_ps(kt.hw.compute.clock_hz)
-    return ex.select(_is_one(kt.packed), ex.mul(per, ex.add(*moves)), 0)
+                      (int(kt.kernel.use(t).read) + int(kt.kernel.use(t).written))
+                      * intrinsic.pack_ps(kt.hw.compute.clock_hz))
+             for t, intrinsic in per_tensor.items() if not kt.kernel.use(t).local]
+    return ex.select(_is_one(kt.packed), ex.add(*moves), 0)
 
 
 def _online(kt: KernelTerms) -> list[NamedConstraint]:
@@ -790,14 +807,16 @@ def compute_cost(kt: KernelTerms) -> ex.Int:
     stretch = [ex.maximum(kt.hw.levels[kt.slots[i].level_index].issue_share, kt.units(i))
                for i in _shared_pipelines(kt)]
     point: ex.Int = ex.const(_point_ps(kt))
-    found = packable(kt)
-    if found is not None and kt.packed is not None:
-        point = ex.select(_is_one(kt.packed), _packed_point_ps(kt, *found), point)
+    packed = kt.packed if packable(kt) else None
+    if packed is not None:
+        point = ex.select(_is_one(packed), _packed_point_ps(kt), point)
     core = ex.mul(point, kt.sequential_points(), *stretch)
-    if kt.kernel.online is not None:
+    if kt.kernel.online is not None:  # each statement over its own points
         from synth.constraints.online_terms import core_compute  # builds on this module
-        core = ex.mul(core_compute(kt, {s.name: ex.const(kt.hw.compute.point_ps(
-            statement_ops(s), s.dtype)) for s in kt.kernel.core}), *stretch)
+        core = ex.mul(core_compute(kt, _statement_point_ps(kt, False)), *stretch)
+        if packed is not None:
+            core = ex.select(_is_one(packed), ex.mul(core_compute(
+                kt, _statement_point_ps(kt, True)), *stretch), core)
     around = [ex.mul(kt.hw.compute.point_ps(statement_ops(s), s.dtype), around_points(kt, s),
                      *stretch) for s in kt.kernel.prologue + kt.kernel.epilogue]
     return ex.add(core, *around)
@@ -852,18 +871,24 @@ def _point_ps(kt: KernelTerms) -> int:
     return sum(kt.hw.compute.point_ps(statement_ops(s), s.dtype) for s in kt.kernel.core)
 
 
-def _packed_point_ps(kt: KernelTerms, stmt: Statement, intrinsic: Intrinsic) -> int:
-    """Cost of one point with the contraction `stmt` on the intrinsic."""
-    others = sum(kt.hw.compute.point_ps(statement_ops(s), s.dtype)
-                 for s in kt.kernel.core if s is not stmt)
-    return others + intrinsic.point_ps(kt.hw.compute.clock_hz)
+def _statement_point_ps(kt: KernelTerms, packed: bool) -> dict[str, ex.Int]:
+    """Cost of one point of each core statement (by name), its contraction on the
+    intrinsic when `packed`."""
+    on_intrinsic = {s.name: i for s, i in packable(kt)} if packed else {}
+    return {s.name: ex.const(on_intrinsic[s.name].point_ps(kt.hw.compute.clock_hz)
+                             if s.name in on_intrinsic
+                             else kt.hw.compute.point_ps(statement_ops(s), s.dtype))
+            for s in kt.kernel.core}
+
+
+def _packed_point_ps(kt: KernelTerms) -> int:
+    """Cost of one point with each contraction on the intrinsic."""
+    return sum(ex.evaluate(ps, {}) for ps in _statement_point_ps(kt, True).values())
 
 
 def _least_point_ps(kt: KernelTerms) -> int:
     """The cheapest a point can be, packed or not (for bounds true of every schedule)."""
-    found = packable(kt)
-    return _point_ps(kt) if found is None else min(_point_ps(kt),
-                                                   _packed_point_ps(kt, *found))
+    return min(_point_ps(kt), _packed_point_ps(kt)) if packable(kt) else _point_ps(kt)
 
 
 def statement_ops(stmt: Statement) -> Counter[str]:

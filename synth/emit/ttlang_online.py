@@ -23,6 +23,13 @@ from `X_acc`, with no buffer of its own). At the first step X_prev is -inf and t
 factor exp(-inf) = 0: the sums start from their fills. Rows are never all padding
 (`ttlang.check_padding` refuses reductions over padded tensors), so the factor is never
 exp(-inf + inf).
+
+With one step (the pass's keys all in one block: no loop over them, so X is no
+accumulator) the step is the plain reductions: X = max(-inf, reduce_max(s)) read by the
+rest of the step, and the rescales are dropped (their factor exp(-inf - X) = 0 would
+multiply the sums' fills, 0). `X_cur` and `X_scale` are still declared, as the model
+counts them. The solver picks this case where the matrix engine makes the fused kernel
+cheap at small sizes (attention at S = 64 on wormhole).
 """
 
 from __future__ import annotations
@@ -43,6 +50,10 @@ def online_step(ctx: Ctx, node: Running, rest: tuple[Node, ...], depth: int,
     running, previous = node.running, node.previous
     at = next((k for k, n in enumerate(rest) if isinstance(n, Compute)
                and n.statement == node.statement and n.out == running), None)
+    if at is not None and running not in ctx.accumulators and not any(
+            isinstance(n, Rescale) and n.target in ctx.accumulators for n in rest):
+        return _compute(ctx, tuple(n for n in rest if not isinstance(n, Rescale)), depth,
+                        opened)  # one step: the plain reductions (see the module's doc)
     if at is None or running not in ctx.accumulators:
         raise EmitError(f"--emit ttlang: the running maximum {running} of kernel "
                         f"{ctx.kernel.name} is not updated as an accumulator here; the "
