@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from synth import pipeline
-from synth.constraints import combines, cost
+from synth.constraints import combines, cost, intrinsic
 from synth.constraints.expr import evaluate
 
 HARNESS = """#include "kernels.c"
@@ -51,7 +51,7 @@ def modelled(outcome: pipeline.Outcome) -> dict[str, float]:
     domains = dict(model.factors.domains)
     times: dict[str, float] = {}
     for kernel in model.selected(env):
-        kt = cost.with_pack_choice(cost.with_buffer_choices(combines.with_combine_choices(
+        kt = intrinsic.with_pack_choice(cost.with_buffer_choices(combines.with_combine_choices(
             cost.KernelTerms(kernel, model.factors, model.hw), domains), domains), domains)
         parts = cost.kernel_cost(kt, model.workload)
         times[kernel.name] = evaluate(cost.kernel_objective(kt, model.workload, parts),

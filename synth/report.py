@@ -20,9 +20,9 @@ from typing import Any
 import numpy as np
 
 from synth.constraints import expr as ex
-from synth.constraints.cost import contraction
 from synth.constraints.dst import subblock_meanings
 from synth.constraints.explain import group_infos
+from synth.constraints.intrinsic import contraction
 from synth.constraints.result import Status
 from synth.constraints.space import SlotKind
 from synth.ir.nodes import Alloc, BufferDecl, Kernel, Program, walk

@@ -44,7 +44,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from synth.constraints.cost import contraction
+from synth.constraints.intrinsic import contraction
 from synth.emit.ttlang_online import online_step
 from synth.errors import InputError
 from synth.ir.dataflow import folded, initial, kernel_buffers, roles
