@@ -131,6 +131,9 @@ def device_combine_cost(kt: KernelTerms, workload: Workload) -> ex.Int:
             times = transfer_count(kt, use, parent) if parent > 0 else ex.ONE
             total.append(ex.select(combines_on_device(kt, slot, reduced),
                                    ex.mul(once, times), 0))
+    if kt.kernel.online is not None:  # its running statistics' partials rescaled too
+        from synth.constraints.online_terms import merge_cost  # builds on this module
+        total.append(merge_cost(kt))
     return ex.add(*total)
 
 

@@ -27,17 +27,24 @@ from synth.constraints.cost import (
     transfer_count,
 )
 from synth.constraints.online import step_vector, transposed_operand
-from synth.constraints.space import NamedConstraint, SlotKind, TensorUse
+from synth.constraints.space import NamedConstraint, SlotKind, TensorUse, unsplit_reason
 from synth.hardware import Memory
 from synth.vectors import vectorisable
 from synth.workload import Num, Statement, Workload
 
 
 def online_constraints(kt: KernelTerms) -> list[NamedConstraint]:
-    """The group `online` of an online kernel (nothing for the others)."""
-    plan = kt.kernel.online
-    if plan is None:
+    """The group `online` of an online kernel (nothing for the others): its inner
+    dimensions whole in every compute tile (`_whole_inner`), its pass split across units
+    only where they merge their running statistics on the device (`split_constraints`)."""
+    if kt.kernel.online is None:
         return []
+    return _whole_inner(kt) + split_constraints(kt)
+
+
+def _whole_inner(kt: KernelTerms) -> list[NamedConstraint]:
+    plan = kt.kernel.online
+    assert plan is not None
     out = []
     innermost = len(kt.slots) - 1
     name, where = kt.kernel.name, kt.slots[innermost].name
@@ -47,13 +54,40 @@ def online_constraints(kt: KernelTerms) -> list[NamedConstraint]:
             "online", f"kernel {name}: {dim} whole in every {where} tile (each step of the "
             f"running maximum {plan.target} sees whole rows)",
             ex.Cmp(kt.f(dim, innermost), "==", ext)))
+    return out
+
+
+def split_constraints(kt: KernelTerms) -> list[NamedConstraint]:
+    """Group `online.split`. The pass over j may be split across the units of a level
+    only where they merge their partial running statistics on the device (FlashDecoding's
+    combine, `ir.nodes.OnlineCombine`): a level whose units share a memory below the root
+    (UPMEM tasklets: WRAM; `combines.device_combine_slots`) with the combine there chosen
+    on the device. Both ways: a factor of j above 1 at such a level forces
+    `combine.<kernel>.<level>` = 1 (a host combine of running statistics is not
+    emitted), and with the combine on the device the factor is free. At any other level
+    (UPMEM ranks and DPUs, a CPU's cores, AIE and Tenstorrent cores: no shared memory
+    below the root, or no emitter that merges there) the factor is 1."""
+    from synth.constraints.combines import combine_decision, device_combine_slots
+    plan = kt.kernel.online
+    assert plan is not None
+    name, out = kt.kernel.name, []
+    shared = device_combine_slots(kt)
     for slot, kind in enumerate(kt.slots):
         factor = kt.f(plan.dim, slot)
-        if kind.kind is SlotKind.SPATIAL and factor != ex.ONE:
+        if kind.kind is not SlotKind.SPATIAL or factor == ex.ONE:
+            continue
+        on_device = kt.combined.get(slot)
+        if slot in shared and on_device is not None:
             out.append(NamedConstraint(
-                "online", f"kernel {name}: the pass over {plan.dim} runs in one {kind.name} "
-                f"unit (running statistics are not combined across units)",
-                ex.Cmp(factor, "==", ex.ONE)))
+                "online.split", f"kernel {name}: the pass over {plan.dim} splits across "
+                f"{kind.name} units only when they merge their running statistics in "
+                f"{shared[slot].name} ({combine_decision(name, kind.name)}=1)",
+                ex.AnyOf((ex.Cmp(factor, "==", ex.ONE),
+                          ex.Cmp(on_device, "==", ex.ONE)))))
+            continue
+        out.append(NamedConstraint(
+            "online.split", unsplit_reason(kt.kernel, kind.name).removeprefix(
+                "online.split: "), ex.Cmp(factor, "==", ex.ONE)))
     return out
 
 
@@ -92,6 +126,34 @@ def rescale_cost(kt: KernelTerms) -> ex.Int:
     assert plan is not None
     stmt = next(s for s in kt.kernel.statements if s.name == plan.statement)
     return ex.mul(kt.hw.compute.point_ps(rescale_ops(kt), stmt.dtype), row_steps(kt))
+
+
+def merge_cost(kt: KernelTerms) -> ex.Int:
+    """The rescale of an online kernel's merge (`ir.nodes.OnlineCombine`) where its units
+    split the pass and combine on the device: after the barrier, one unit (at
+    1/issue_share of the pipeline) folds each unit's partial statistics into the tile
+    above in turn, each fold rescaling both sides to their common maximum: twice a step's
+    rescale (`rescale_ops`: the factor's subtract, multiply and exp, a multiply per
+    element of each sum) per row per partial, each time the tile above is done. The
+    maximum and the additions of the sums, the barrier and the partials' exchanges are
+    those of any combine on the device (`combines.device_combine_cost`,
+    `device_combine_capacity`, `exchanged_on_device`)."""
+    from synth.constraints.combines import combines_on_device
+    plan = kt.kernel.online
+    assert plan is not None
+    stmt = next(s for s in kt.kernel.statements if s.name == plan.statement)
+    use = kt.kernel.use(plan.target)
+    op_ps = kt.hw.compute.point_ps(rescale_ops(kt) + rescale_ops(kt), stmt.dtype)
+    total = []
+    for slot in kt.combined:
+        level = kt.hw.levels[kt.slots[slot].level_index]
+        parent = max(i for i in range(slot) if kt.slots[i].kind is SlotKind.TEMPORAL)
+        rows = ex.mul(*(kt.tile(r, parent) for r in plan.rows))
+        times = transfer_count(kt, use, parent) if parent > 0 else ex.ONE
+        once = ex.mul(level.issue_share * op_ps, kt.units(slot, (plan.dim,)), rows)
+        total.append(ex.select(combines_on_device(kt, slot, (plan.dim,)),
+                               ex.mul(once, times), 0))
+    return ex.add(*total)
 
 
 def core_compute(kt: KernelTerms, point_ps: dict[str, ex.Int]) -> ex.Int:

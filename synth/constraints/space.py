@@ -295,6 +295,8 @@ class Factors:
     extents: Mapping[tuple[str, str], ex.Int]  # (kernel, dim) -> product of all its factors
     domains: Mapping[str, tuple[int, ...]]
     groups: Mapping[ex.Int, ex.Group]
+    # factor variable -> why the space gives it the one value 1 (said by `--fix` errors)
+    pinned: Mapping[str, str] = field(default_factory=dict)
 
     def of(self, kernel: str, dim: str, slot: int) -> ex.Int:
         return self.terms[(kernel, dim, slot)]
@@ -308,6 +310,7 @@ def build_factors(kernels: Sequence[KernelSpec], hw: Hardware, slots: tuple[Slot
     extents: dict[tuple[str, str], ex.Int] = {}
     domains: dict[str, tuple[int, ...]] = {}
     groups: dict[ex.Int, ex.Group] = {}
+    pinned: dict[str, str] = {}
     root_slot = _root_temporal_slot(slots, hw)
     for kernel in kernels:
         units = tile_units((use.indices for use in kernel.uses), hw.compute.tiling.edge) \
@@ -320,7 +323,11 @@ def build_factors(kernels: Sequence[KernelSpec], hw: Hardware, slots: tuple[Slot
             innermost = len(slots) - 1
             values[innermost] = whole_vector_candidates(kernel, dim, hw, values[innermost],
                                                         extent)
-            _online_candidates(kernel, dim, slots, values, vector_width(kernel, hw))
+            for index in _online_candidates(kernel, dim, slots, values,
+                                            vector_width(kernel, hw),
+                                            _merging_slots(slots, hw)):
+                pinned[var_name(slots[index].symbol, kernel.name, dim)] = (
+                    unsplit_reason(kernel, slots[index].name))
             ext = _variable(domains, f"ext.{kernel.name}.{dim}",
                             padded_extents(extent, list(values.values())))
             for index, candidates in values.items():
@@ -337,28 +344,55 @@ def build_factors(kernels: Sequence[KernelSpec], hw: Hardware, slots: tuple[Slot
             for member in members:
                 if not isinstance(member, ex.Const):
                     groups[member] = group
-    return Factors(slots, terms, extents, domains, groups)
+    return Factors(slots, terms, extents, domains, groups, pinned)
+
+
+def _merging_slots(slots: tuple[Slot, ...], hw: Hardware) -> frozenset[int]:
+    """Spatial slots whose units share a memory below the root, under a memory tile
+    (`combines.device_combine_slots`): the only ones an online pass may split across."""
+    from synth.constraints.combines import shared_memory  # builds on this module
+    return frozenset(
+        i for i, s in enumerate(slots) if s.kind is SlotKind.SPATIAL
+        and shared_memory(hw, s.level_index) is not None
+        and any(o.kind is SlotKind.TEMPORAL for o in slots[:i]))
 
 
 def _online_candidates(kernel: KernelSpec, dim: str, slots: tuple[Slot, ...],
-                       values: dict[int, tuple[int, ...]], width: int) -> None:
+                       values: dict[int, tuple[int, ...]], width: int,
+                       merging: frozenset[int] = frozenset()) -> list[int]:
     """An online kernel's inner dimensions have no loops (whole in the compute tile) and
-    its pass is not split across units: those factors are 1 from the start (the group
-    `online` states the rest), which keeps its space small. On a CPU (`width`: lanes of
-    a vector register) a step's block of the pass is whole vectors where it can be: the
-    maximum, exponentials and row sums run in vectors along it
-    (`online.step_vector`)."""
+    its pass is split only across units that merge their running statistics on the
+    device (`merging`, `online_terms.split_constraints`): the other factors are 1 from
+    the start (the group `online` states the rest), which keeps its space small. On a
+    CPU (`width`: lanes of a vector register) a step's block of the pass is whole
+    vectors where it can be: the maximum, exponentials and row sums run in vectors along
+    it (`online.step_vector`)."""
     plan = kernel.online
     if plan is None:
-        return
+        return []
     innermost = len(slots) - 1
+    unsplit = []
     for index in values:
         inner = dim in plan.inner and index != innermost
-        if inner or (dim == plan.dim and slots[index].kind is SlotKind.SPATIAL):
+        whole = (dim == plan.dim and slots[index].kind is SlotKind.SPATIAL
+                 and index not in merging)
+        if inner or whole:
             values[index] = (1,)
+        if whole:
+            unsplit.append(index)
     if dim == plan.dim and width > 1:
         values[innermost] = tuple(v for v in values[innermost] if v % width == 0) \
             or values[innermost]
+    return unsplit
+
+
+def unsplit_reason(kernel: KernelSpec, level: str) -> str:
+    """Why an online kernel's pass is not split across the units of `level` (the group
+    `online.split`, `online_terms.split_constraints`, says the same)."""
+    assert kernel.online is not None
+    return (f"online.split: kernel {kernel.name}: the pass over {kernel.online.dim} runs "
+            f"in one {level} unit (running statistics are merged across units only on "
+            f"the device, where the units share a memory below the root: UPMEM tasklets)")
 
 
 def vector_width(kernel: KernelSpec, hw: Hardware) -> int:

@@ -234,8 +234,11 @@ def parse_constraint(text: str, index: int, cset: ConstraintSet, hw: Hardware,
 
 
 def parse_fix(text: str, cset: ConstraintSet,
-              constants: Mapping[str, int] | None = None) -> NamedConstraint:
-    """`--fix T=16` as the group `user.fix.T`: the variable equals the value."""
+              constants: Mapping[str, int] | None = None,
+              pinned: Mapping[str, str] | None = None) -> NamedConstraint:
+    """`--fix T=16` as the group `user.fix.T`: the variable equals the value. `pinned`:
+    why a factor the space fixed has its one value (`space.Factors.pinned`), said when
+    the fix asks for another."""
     name, sep, value = (part.strip() for part in text.partition("="))
     where = f"--fix {text}"
     if not sep or not is_int(value) or not name:
@@ -250,6 +253,8 @@ def parse_fix(text: str, cset: ConstraintSet,
     if candidates is not None and number not in candidates:
         shown = ", ".join(map(str, candidates[:12])) + (", ..." if len(candidates) > 12 else "")
         meaning += f" (not one of its candidate values: {shown})"
+        if pinned and name in pinned:
+            meaning += f": {pinned[name]}"
     term: ex.Int = ex.const(constants[name]) if constants and name in constants \
         else ex.Var(name)
     return NamedConstraint(f"user.fix.{name}", meaning, ex.Cmp(term, "==", ex.const(number)))
@@ -313,7 +318,7 @@ def user_constraints(model: Model, constraints: Sequence[str],
     fixed: set[str] = set()
     for text in fixes:
         _check_fusion_fix(model, text)
-        constraint = parse_fix(text, cset, constants)
+        constraint = parse_fix(text, cset, constants, model.factors.pinned)
         if constraint.group in fixed:
             raise InputError(f"--fix {text}: {constraint.group.removeprefix('user.fix.')} "
                              "is fixed twice")

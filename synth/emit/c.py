@@ -74,6 +74,7 @@ from synth.ir.nodes import (
     Loop,
     LoopKind,
     Node,
+    OnlineCombine,
     Program,
     Rescale,
     Running,
@@ -417,6 +418,9 @@ class KernelWriter:
                 self.compute(code, node)
             elif isinstance(node, Running | Rescale):
                 online_node(self, code, node)
+            elif isinstance(node, OnlineCombine):  # its units never split the pass
+                raise EmitError(f"the C emitter does not merge partial running statistics "
+                                f"(of {node.running}); online.split keeps a CPU's pass whole")
             else:
                 self.combine(code, node)
 

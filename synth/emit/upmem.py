@@ -89,6 +89,7 @@ from synth.ir.nodes import (
     LoopKind,
     LoopVar,
     Node,
+    OnlineCombine,
     Program,
     Rescale,
     Running,
@@ -497,6 +498,9 @@ def written_buffers(nodes: tuple[Node, ...]) -> set[str]:
             written.add(node.buffer)
         elif isinstance(node, Combine):
             written |= {node.target, node.partials}
+        elif isinstance(node, OnlineCombine):
+            written |= {n for m in ((node.running, node.partials), *(
+                (s.target, s.partials) for s in node.sums)) for n in m}
         elif isinstance(node, Compute):
             written.add(node.out)
     return written
@@ -948,6 +952,8 @@ class DpuWriter(CStyle):
                 upmem_online.running(self, code, node)
             elif isinstance(node, Rescale):
                 upmem_online.rescale(self, code, node)
+            elif isinstance(node, OnlineCombine):
+                upmem_online.merge(self, code, node)
             else:
                 raise EmitError(f"kernel {self.kernel}: cannot run {type(node).__name__} "
                                 f"{_node_name(node)} inside a DPU program")
@@ -1200,6 +1206,11 @@ def shared_access(nodes: tuple[Node, ...]) -> tuple[set[str], set[str]]:
         if isinstance(n, Combine):
             reads |= {n.partials, n.target}
             writes |= {n.partials, n.target}
+        elif isinstance(n, OnlineCombine):
+            merged = {n.running, n.partials, *(x for s in n.sums for x in (s.target,
+                                                                              s.partials))}
+            reads |= merged
+            writes |= merged
         elif isinstance(n, Fill):
             writes.add(n.buffer)
     return reads, writes

@@ -9,14 +9,22 @@ by its row's factor exp(c (m - m_prev)), computed once per row and only where th
 maximum moved (a row that has seen only padding, -inf on both sides, stays as it is).
 The DPU has no hardware float exp and its runtime no libm: the factor is synth's
 `math_expf` (`upmem_runtime/dpu_math.c`), the function the emitter uses for `exp`.
+
+Where the tasklets split the pass (`OnlineCombine`, `merge`), each ran it over its share
+of the keys into its own slot of the combine buffers in WRAM (the partial maximum and
+sums); after the barrier, tasklet 0 folds the slots into the first, pairwise: per row,
+m = max(m_a, m_b), each sum s_a * exp(c (m - m_a)) + s_b * exp(c (m - m_b)) (a factor 1
+where its side holds m), then folds the tiles above (MRAM, read into the second slot) the
+same way and writes the first slot back to them.
 """
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 from synth.emit.cstyle import Code, EmitError, affine_sum, scale, term
-from synth.ir.nodes import BufferDecl, Rescale, Running
+from synth.ir.nodes import BufferDecl, OnlineCombine, Rescale, Running
 
 if TYPE_CHECKING:
     from synth.emit.upmem import DpuWriter
@@ -94,3 +102,90 @@ def rescale(w: DpuWriter, code: Code, node: Rescale) -> None:
         code(f"{w.tiles[node.target]}[{target_index}] *= {factor};")
         code.depth = inner
     code.depth = depth
+
+
+def merge(w: DpuWriter, code: Code, node: OnlineCombine) -> None:
+    """The tasklets' partial running statistics merged into the tiles above (one
+    tasklet, after the barrier `device` puts before it)."""
+    what = f"online combine {node.partials}"
+    pairs = [(node.running, node.partials), *((s.target, s.partials) for s in node.sums)]
+    count = 0
+    for target, partials in pairs:
+        decl, found = w.plan.buffers.get(target), w.plan.buffers.get(partials)
+        lay = w.plan.layout(partials, w.target) if found is not None else None
+        if decl is None or lay is None or partials not in w.tiles \
+                or decl.partial_loops or not (target in w.mram_names or target in w.tiles) \
+                or w.plan.layout(target, w.target).size != lay.instance \
+                or not decl.dtype.is_float:
+            raise EmitError(f"kernel {w.kernel}: {what}: expected float partial results of "
+                            f"{target}'s tile in WRAM, got {partials}")
+        count = count or math.prod(lay.partials)
+        if math.prod(lay.partials) != count or count < 2:
+            raise EmitError(f"kernel {w.kernel}: {what}: expected the same two or more "
+                            f"partial results of every statistic, got {partials} with "
+                            f"{math.prod(lay.partials)}")
+    part = w.names("#part", "part")
+    code.comment(f"merge the {count} tasklets' partial running statistics: each rescaled "
+                 f"to the common maximum of {node.running} (FlashDecoding's combine)")
+    with w.for_loop(code, part, count, start=1):
+        _fold(w, code, node, part)
+    for target, partials in pairs:  # the tiles above into the second slot
+        size = w.plan.layout(partials, w.target).instance
+        itemsize = w.plan.buffers[target].dtype.itemsize
+        w.exchange(code, target, f"&{w.tiles[partials]}[{size}]", size * itemsize, read=True)
+    _fold(w, code, node, "1")
+    for target, partials in pairs:
+        size = w.plan.layout(partials, w.target).instance
+        itemsize = w.plan.buffers[target].dtype.itemsize
+        w.exchange(code, target, w.tiles[partials], size * itemsize, read=False)
+
+
+def _fold(w: DpuWriter, code: Code, node: OnlineCombine, part: str) -> None:
+    """Slot 0 of every partial buffer merged with slot `part`, row by row."""
+    run = w.plan.buffers[node.partials]
+    rows = {d: w.names(f"#row:{d}", d) for d in run.dims}
+    exp = w.math_function("expf")
+    depth = code.depth
+    for d, var in rows.items():
+        code(f"for ({w.index_type} {var} = 0; {var} < {run.shape[run.dims.index(d)]}; "
+             f"{var}++)")
+        code.depth += 1
+    with code.block("", "one row: the two sides' maxima, then each sum"):
+        first, other = _places(w, node.partials, part, {})
+        a, b, top = (w.names(f"#{n}", n) for n in ("m_a", "m_b", "m_top"))
+        code(f"const float {a} = {first}, {b} = {other};")
+        code(f"const float {top} = {a} > {b} ? {a} : {b};")
+        factors: dict[float, tuple[str, str]] = {}  # coefficient -> both sides' factors
+        for merged in node.sums:
+            if merged.coeff not in factors:
+                coeff = w.literal(float(merged.coeff)).code
+                factors[merged.coeff] = (w.names(f"#f_a:{merged.coeff}", "f_a"),
+                                         w.names(f"#f_b:{merged.coeff}", "f_b"))
+                for side, m in zip(factors[merged.coeff], (a, b), strict=True):
+                    code(f"const float {side} = {m} == {top} ? 1.0f : "
+                         f"{exp}({coeff} * ({top} - {m}));")
+            fa, fb = factors[merged.coeff]
+            sums = w.plan.buffers[merged.partials]
+            rest = {d: w.names(f"#col:{d}", d) for d in sums.dims if d not in rows}
+            inner = code.depth
+            for d, var in rest.items():
+                code(f"for ({w.index_type} {var} = 0; {var} < {sums.shape[sums.dims.index(d)]}"
+                     f"; {var}++)")
+                code.depth += 1
+            mine, theirs = _places(w, merged.partials, part, rest)
+            code(f"{mine} = {mine} * {fa} + {theirs} * {fb};")
+            code.depth = inner
+        code(f"{first} = {top};")
+    code.depth = depth
+
+
+def _places(w: DpuWriter, partials: str, part: str, rest: dict[str, str]) -> tuple[str, str]:
+    """The element at the current row (and columns `rest`) of slot 0 and of slot
+    `part` of a partial buffer."""
+    decl = w.plan.buffers[partials]
+    lay = w.plan.layout(partials, w.target)
+    at = {d: f"#col:{d}" if d in rest else f"#row:{d}" for d in decl.dims}
+    index = w.index(affine_sum(scale(term(at[d]), s)
+                               for d, s in zip(decl.dims, lay.strides, strict=True)))
+    tile = w.tiles[partials]
+    return f"{tile}[{index}]", f"{tile}[{part} * {lay.instance} + {index}]"

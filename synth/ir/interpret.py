@@ -51,6 +51,7 @@ from synth.ir.nodes import (
     LoopKind,
     LoopVar,
     Node,
+    OnlineCombine,
     Program,
     Rescale,
     Running,
@@ -146,7 +147,7 @@ class Machine:
         # parallel loops around partial results or their combines: always on the grid
         self.partial = {loop for decl in decls.values() for loop in decl.partial_loops} | {
             loop.var.name for loop in _all_loops(kernel.body)
-            if any(isinstance(n, Combine) for n in walk(loop.body))}
+            if any(isinstance(n, Combine | OnlineCombine) for n in walk(loop.body))}
 
     def run(self, nodes: tuple[Node, ...]) -> None:
         for node in nodes:
@@ -457,6 +458,8 @@ def _written(nodes: tuple[Node, ...]) -> set[str]:
             out.add(node.out)
         elif isinstance(node, Fill | Combine):
             out.add(node.buffer if isinstance(node, Fill) else node.target)
+        elif isinstance(node, OnlineCombine):
+            out |= {node.running, *(s.target for s in node.sums)}
     return out
 
 
@@ -532,8 +535,8 @@ def fold_plan(loop: Loop, decls: Mapping[str, BufferDecl], workload: Workload
     ends with the same value when the parts are folded in iteration order (`fold`). One
     operator per accumulated tensor, and one compute into it where the order matters.
     """
-    if any(isinstance(n, Running | Rescale) for n in walk(loop.body)):
-        return None  # an online step depends on the one before
+    if any(isinstance(n, Running | Rescale | OnlineCombine) for n in walk(loop.body)):
+        return None  # an online step depends on the one before (a merge: not folded)
     var = loop.var.name
     inner = {n.var.name: n.var.extent for n in walk(loop.body) if isinstance(n, Loop)}
     uses: dict[str, list[tuple[Node, str]]] = defaultdict(list)
@@ -1345,4 +1348,4 @@ def _openblas_threads() -> tuple[Callable[[], int], Callable[[int], None]] | Non
     return None
 
 
-from synth.ir import online_run  # noqa: E402,F401  (registers the online rewrite's handlers)
+from synth.ir import online_merge, online_run  # noqa: E402,F401  (register the online nodes)

@@ -237,12 +237,28 @@ class KernelBuilder:
         else:
             nodes.extend(self._computes(self.spec.core, depth))
         nodes.extend(self._around(self.spec.epilogue, depth))
+        merge = self._online_merge(here)
         for p in reversed(here):
-            if p.combine is not None:
+            if p.combine is not None and merge is not None and p.use.tensor in merge[1]:
+                if p.use.tensor == merge[1][0]:  # the running maximum's: merged at once
+                    nodes.append(merge[0])
+            elif p.combine is not None:
                 nodes.append(Combine(p.parent, p.decl.name, p.combine))
             elif p.use.written and not p.use.local:
                 nodes.append(Store(p.decl.name, p.parent))
         return tuple(nodes)
+
+    def _online_merge(self, here: list[_Placed]) -> tuple[Node, tuple[str, ...]] | None:
+        """The on-device combines at one place of an online kernel's running statistics,
+        as one `OnlineCombine` (`ir.online.online_merge`), with the tensors it merges
+        (the running maximum first); None where there are none."""
+        plan = self.spec.online
+        combines = {p.use.tensor: (p.parent, p.decl.name) for p in here
+                    if p.combine is not None}
+        if plan is None or plan.target not in combines:
+            return None
+        from synth.ir.online import online_merge  # builds on this module
+        return online_merge(plan, combines)
 
     def _computes(self, statements: tuple[Statement, ...], depth: int) -> list[Node]:
         """Each statement over one compute tile (the innermost memory's), at `depth`; in an

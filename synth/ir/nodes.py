@@ -191,7 +191,32 @@ class Rescale:
     coeff: float
 
 
-Node = Loop | Alloc | Load | Store | Fill | Compute | Combine | Running | Rescale
+@dataclass(frozen=True)
+class MergedSum:
+    """One running sum an `OnlineCombine` merges: its tile and its units' partials, and
+    the coefficient c of its rescale (as `Rescale.coeff`)."""
+
+    target: str
+    partials: str
+    coeff: float
+
+
+@dataclass(frozen=True)
+class OnlineCombine:
+    """The online rewrite's partial results merged (FlashDecoding's split-KV combine):
+    units that each ran the pass over their share of its dimension hand on a running
+    maximum m_k and running sums s_k per row. With m = max(running, max_k m_k), every sum
+    becomes target * exp(c (m - running)) + sum_k s_k * exp(c (m - m_k)) (each factor 1
+    where its maximum is m), then running = m: partials of one sum are comparable only
+    once rescaled to a common maximum, so a plain `Combine` of them would be wrong."""
+
+    running: str  # the running maximum's tile the partials are merged into
+    partials: str  # its units' partial maxima (partial axes as `Combine.partials`)
+    sums: tuple[MergedSum, ...]
+
+
+Node = (Loop | Alloc | Load | Store | Fill | Compute | Combine | Running | Rescale
+        | OnlineCombine)
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,9 @@ from synth.ir.nodes import (
     BufferDecl,
     Compute,
     Kernel,
+    MergedSum,
     Node,
+    OnlineCombine,
     Rescale,
     Running,
     walk,
@@ -64,6 +66,55 @@ def online_step(builder: KernelBuilder, nodes: list[Node], plan: OnlinePlan) -> 
     return [*nodes[:at], *before, compute, *after, *nodes[at + 1:]]
 
 
+def online_merge(plan: OnlinePlan, combines: Mapping[str, tuple[str, str]]
+                 ) -> tuple[OnlineCombine, tuple[str, ...]]:
+    """The merge of an online kernel's partial running statistics where its units combine
+    them on the device (`combines`: tensor -> (the tile merged into, its partials)): the
+    running maximum and every sum it rescales (those that are split: all of them, since
+    they reduce over the pass as the maximum does), and the tensors it covers."""
+    parent, partials = combines[plan.target]
+    sums = tuple(MergedSum(*combines[target], coeff)
+                 for target, coeff in plan.rescaled.items() if target in combines)
+    return (OnlineCombine(parent, partials, sums),
+            (plan.target, *(t for t in plan.rescaled if t in combines)))
+
+
+def check_merge(node: OnlineCombine, decls: Mapping[str, BufferDecl]) -> None:
+    """What a merge of partial running statistics needs of the buffers in scope: each
+    partial buffer holds the tile it merges into once per unit (the same partial axes for
+    the maximum and every sum), and every sum holds the rows of the maximum."""
+    what = f"online combine {node.partials}"
+    pairs = [(node.running, node.partials), *((s.target, s.partials) for s in node.sums)]
+    for name in (n for pair in pairs for n in pair):
+        if name not in decls:
+            raise IRError(f"{what}: expected {name} allocated in scope, got none")
+    loops = decls[node.partials].partial_loops
+    if not loops:
+        raise IRError(f"{what}: expected partial results (partial loops), got none")
+    running = decls[node.running]
+    for target, partials in pairs:
+        tile, part = decls[target], decls[partials]
+        if part.partial_loops != loops:
+            raise IRError(f"{what}: expected {partials} partial over ({', '.join(loops)}), "
+                          f"got ({', '.join(part.partial_loops)})")
+        if (part.shape, part.dims) != (tile.shape, tile.dims):
+            raise IRError(f"{what}: expected {partials} shaped as {target} {tile.shape}, "
+                          f"got {part.shape}")
+        for dim, extent in zip(running.dims, running.shape, strict=True):
+            if dim not in tile.dims or tile.shape[tile.dims.index(dim)] != extent:
+                raise IRError(f"{what}: expected {target} to hold the rows of "
+                              f"{node.running} ({dim}: {extent}), got {tile.dims} "
+                              f"{tile.shape}")
+
+
+def describe_merge(node: OnlineCombine) -> str:
+    """The printer's line of a merge."""
+    sums = ", ".join(f"{s.target} += {s.partials} * exp({s.coeff:g} * (m - m_k))"
+                     for s in node.sums)
+    return (f"online combine {node.running} max= reduce({node.partials}) as m; "
+            f"rescaled: {sums}")
+
+
 def check_step(node: Running | Rescale, decls: Mapping[str, BufferDecl]) -> None:
     """What a running statistic or a rescale needs of the buffers in scope (`decls`)."""
     names = ((node.running, node.previous) if isinstance(node, Running)
@@ -89,8 +140,10 @@ def _what(node: Running | Rescale) -> str:
             else f"rescale {node.target}")
 
 
-def describe(node: Running | Rescale) -> str:
+def describe(node: Running | Rescale | OnlineCombine) -> str:
     """The printer's line."""
+    if isinstance(node, OnlineCombine):
+        return describe_merge(node)
     if isinstance(node, Running):
         return f"running {node.running} -> {node.previous}  (before {node.statement})"
     return (f"rescale {node.target} *= exp({node.coeff:g} * ({node.running} - "
@@ -100,6 +153,15 @@ def describe(node: Running | Rescale) -> str:
 def is_online(kernel: Kernel) -> bool:
     """Whether a kernel runs with the online rewrite (has its nodes)."""
     return any(isinstance(n, Running | Rescale) for n in walk(kernel.body))
+
+
+def statistics(kernel: Kernel) -> frozenset[str]:
+    """The tensors of an online kernel's running statistics (the running maximum and the
+    sums it rescales): their partial results merge only by an `OnlineCombine`."""
+    decls = {n.buffer.name: n.buffer for n in walk(kernel.body) if isinstance(n, Alloc)}
+    names = {n.running if isinstance(n, Running) else n.target
+             for n in walk(kernel.body) if isinstance(n, Running | Rescale)}
+    return frozenset(decls[n].tensor for n in names if n in decls)
 
 
 def step_in_cache(kernel: Kernel, hw: Hardware) -> bool:

@@ -13,6 +13,7 @@ from synth.ir.nodes import (
     Loop,
     LoopKind,
     Node,
+    OnlineCombine,
     Program,
     Rescale,
     Running,
@@ -64,7 +65,7 @@ def _statement(node: Node) -> str:
         return f"compute {node.statement}({operands}) -> {node.out}  [{tiles}]"
     if isinstance(node, Combine):
         return f"combine {node.target} {node.op.value} reduce({node.partials})"
-    if isinstance(node, Running | Rescale):
+    if isinstance(node, Running | Rescale | OnlineCombine):
         return describe(node)
     raise TypeError(type(node))
 

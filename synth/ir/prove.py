@@ -56,6 +56,7 @@ from synth.ir.nodes import (
     Affine,
     Alloc,
     BufferDecl,
+    Combine,
     Compute,
     Kernel,
     Load,
@@ -63,6 +64,7 @@ from synth.ir.nodes import (
     LoopKind,
     LoopVar,
     Node,
+    OnlineCombine,
     Program,
     Rescale,
     Running,
@@ -334,6 +336,7 @@ class _Prover:
         self.name = kernel.name
         self.vector = kernel_vector(kernel, self.workload)
         self.plain = online.step_in_cache(kernel, self.hw)  # an online step's C arrays
+        self.statistics = online.statistics(kernel)  # merged only by an online combine
         self.current = kernel
         self.dims = self._kernel_dims(kernel)
         self.loop_extent = {v: self._loop_extent(v) for v in _loops(kernel.body)}
@@ -408,6 +411,15 @@ class _Prover:
             elif isinstance(node, Running | Rescale):  # the online rewrite's step
                 try:
                     check_step(node, scope.buffers)
+                except IRError as err:
+                    self._structural(describe(node), str(err))
+            elif isinstance(node, Combine) and node.partials in scope.buffers and \
+                    scope.buffers[node.partials].tensor in self.statistics:
+                self._structural(f"combine {node.partials}", "a plain combine of a running "
+                                 "statistic's partials (expected an online combine)")
+            elif isinstance(node, OnlineCombine):  # partial running statistics merged
+                try:
+                    online.check_merge(node, scope.buffers)
                 except IRError as err:
                     self._structural(describe(node), str(err))
 

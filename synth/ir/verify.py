@@ -38,6 +38,7 @@ from synth.ir.nodes import (
     LoopKind,
     LoopVar,
     Node,
+    OnlineCombine,
     Program,
     Rescale,
     Running,
@@ -78,6 +79,7 @@ class KernelCheck:
         self.usage: dict[str, int] = {}  # memory -> bytes per instance over the kernel
         self.partials: set[str] = set()  # partial-result buffers still to be combined
         self.plain = online.step_in_cache(kernel, hw)  # an online step's C arrays
+        self.statistics = online.statistics(kernel)  # merged only by an online combine
         # a tiled core: blocks of each buffer over its dataflow buffers (X, X_in, ...)
         self.blocks: Counter[str] = Counter()
         if hw.compute.tiling.edge:
@@ -146,8 +148,28 @@ class KernelCheck:
                 if name not in scope.written:
                     raise IRError(f"combine {node.partials}: expected {name} written before, "
                                   f"got nothing")
+            tensor = self._buf(node.partials, scope).tensor
+            if tensor in self.statistics:
+                raise IRError(f"combine {node.partials}: expected the running statistic "
+                              f"{tensor}'s partials merged by an online combine (rescaled "
+                              f"to their common maximum), got a plain {node.op.value}")
             self.partials.discard(node.partials)
             scope.written.add(node.target)
+        elif isinstance(node, OnlineCombine):
+            online.check_merge(node, scope.buffers)
+            merged = [(node.running, node.partials),
+                      *((m.target, m.partials) for m in node.sums)]
+            for name in (n for pair in merged for n in pair):
+                if name not in scope.written:
+                    raise IRError(f"online combine {node.partials}: expected {name} "
+                                  f"written before, got nothing")
+            missing = self.statistics - {scope.buffers[t].tensor for t, _ in merged}
+            if missing:
+                raise IRError(f"online combine {node.partials}: expected every running "
+                              f"statistic merged, got none of {', '.join(sorted(missing))}")
+            for target, partials in merged:
+                self.partials.discard(partials)
+                scope.written.add(target)
         elif isinstance(node, Running | Rescale):
             check_step(node, scope.buffers)
             if node.running not in scope.written:
