@@ -175,11 +175,13 @@ def hardware(request: Request) -> Hardware:
 
 def encode(workload: Workload, hw: Hardware, constraints: Sequence[str] = (),
            fixes: Sequence[str] = (), drops: Sequence[str] = (),
-           deadline: Deadline | None = None) -> Model:
+           deadline: Deadline | None = None, emit: str | None = None) -> Model:
     """The model, then the user's constraints and fixes added, then dropped groups removed
     (see `synth.constraints.user`). Unit counts the constraints and fixes name are
     candidates of the model's spatial factors (`user.named_counts`). Past `deadline`
-    (checked while listing candidates and after each build): `SolveTimeout`, exit 3."""
+    (checked while listing candidates and after each build): `SolveTimeout`, exit 3.
+    `emit`: the `--emit` target, whose emitter may not merge an online pass split
+    across units (`online_terms.whole_pass_constraints`)."""
     kernels = candidate_kernels(workload, deadline)
     model = build_model(workload, hw, kernels)
     _check(deadline, "encoding")
@@ -189,6 +191,9 @@ def encode(workload: Workload, hw: Hardware, constraints: Sequence[str] = (),
         model = build_model(workload, hw, kernels, named=named)
         _check(deadline, "encoding")
         extra = user.user_constraints(model, constraints, fixes)
+    if emit is not None and emit not in targets.MERGES_ONLINE:
+        from synth.constraints.online_terms import whole_pass_constraints
+        extra += whole_pass_constraints(model, emit)
     cset = dataclasses.replace(model.constraints,
                                constraints=model.constraints.constraints + tuple(extra))
     return dataclasses.replace(model, constraints=user.drop_groups(cset, drops))
@@ -316,7 +321,7 @@ def run(request: Request) -> Outcome:
     if request.measure:
         measure.require(hw)  # likewise: --measure runs C on this machine's cores
     model = timed("encode", encode, workload, hw, request.constraints, request.fixes,
-                  request.drops)
+                  request.drops, None, request.emit)
     result = timed("solve", solve, model, request.solver, max(0.01, deadline.left()),
                    request.jobs)
     if result.status is Status.INFEASIBLE:

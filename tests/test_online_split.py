@@ -279,3 +279,15 @@ def test_upmem_ranks_and_dpus_do_not_split_the_pass() -> None:
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 1, result.output
     assert "runs in one dpu unit" in result.output
+
+
+def test_emit_mlir_keeps_an_online_pass_in_one_tasklet(tmp_path: Path) -> None:
+    """The MLIR emitter writes no merge: with `--emit mlir` on upmem the split is refused
+    before solving, by the group online.split with its reason."""
+    args = ["solve", "attention", "--hw", "upmem", "--set", "S=64", "--set", "D=16",
+            "--fix", "online.s_m_p_l_o=1", "--fix", "T.s_m_p_l_o.j=4", "--emit", "mlir",
+            "--out", str(tmp_path), "--no-validate"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 1, result.output
+    assert "--emit mlir: that emitter does not merge partial running statistics" \
+        in result.output

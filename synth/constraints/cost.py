@@ -86,9 +86,10 @@ def pass_loops_inside(slots: Sequence[Slot], kernel: KernelSpec) -> tuple[Loop, 
     """Where the innermost parallel level has no sequential loop of its own (UPMEM: the
     tasklets' tiles are WRAM's, the innermost memory), an online kernel's sequential loop
     over its pass dimension at the memory just above it (MRAM) runs inside the units,
-    first of their loops: the units never split the pass (the group `online`), so the
-    loop commutes with theirs, and each unit steps through its rows' pass keeping their
-    running statistics across the steps (FlashAttention's steps inside one tasklet; the
+    first of their loops: each unit steps through its rows' pass (its share of it where
+    the units split the pass, `online_terms.split_constraints`: the loop's blocks are
+    then the units' whole block, their shares interleaved) keeping their running
+    statistics across the steps (FlashAttention's steps inside one tasklet; the
     memory's tile holds the whole pass, each step a block of it). Outside the units, the
     innermost memory's tiles would be made anew at every step, and the sums the epilogue
     completes could not run over it (`fusion.complete`). Empty for other kernels and

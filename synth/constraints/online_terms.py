@@ -2,14 +2,16 @@
 
 A kernel that runs online (`KernelSpec.online`) has its own constraint group `online`:
 the inner dimensions of its pass are whole in every compute tile (at each step the
-running maximum of a row sees the whole row of scores), and the pass is not split across
-units (running statistics are not combined). Its price: each statement of the pass runs
-over its own points only (not over the kernel's full product of dimensions), and at each
-step over the pass dimension every row pays the rescale: the previous maximum kept, one
-subtract, multiply and exp for the factor, and one multiply per element of each sum it
-corrects (`rescale_cost`); the previous maximum is a tile of the rows in the innermost
-memory (`footprint`). Its saving is not a term: the scores and exponentials of the pass
-are local to the kernel, so they are never stored or moved.
+running maximum of a row sees the whole row of scores); and `online.split`: the pass is
+split across units only where they merge their partial running statistics on the device
+(UPMEM tasklets, `split_constraints`; the merge's price `merge_cost`). Its price: each
+statement of the pass runs over its own points only (not over the kernel's full product
+of dimensions), and at each step over the pass dimension every row pays the rescale:
+the previous maximum kept, one subtract, multiply and exp for the factor, and one
+multiply per element of each sum it corrects (`rescale_cost`); the previous maximum is
+a tile of the rows in the innermost memory (`footprint`). Its saving is not a term: the
+scores and exponentials of the pass are local to the kernel, so they are never stored
+or moved.
 """
 
 from __future__ import annotations
@@ -22,9 +24,11 @@ from synth.constraints import expr as ex
 from synth.constraints import roofline
 from synth.constraints.cost import (
     KernelTerms,
+    Model,
     buffer_bytes,
     tensor_transfer_cost,
     transfer_count,
+    when_chosen,
 )
 from synth.constraints.online import step_vector, transposed_operand
 from synth.constraints.space import NamedConstraint, SlotKind, TensorUse, unsplit_reason
@@ -88,6 +92,27 @@ def split_constraints(kt: KernelTerms) -> list[NamedConstraint]:
         out.append(NamedConstraint(
             "online.split", unsplit_reason(kt.kernel, kind.name).removeprefix(
                 "online.split: "), ex.Cmp(factor, "==", ex.ONE)))
+    return out
+
+
+def whole_pass_constraints(model: Model, emit: str) -> list[NamedConstraint]:
+    """Group `online.split` for `--emit TARGET` whose emitter writes no merge of partial
+    running statistics (`emit.targets.MERGES_ONLINE`: only UPMEM's does): every online
+    kernel's pass runs in one unit where the model would let its units split it."""
+    out = []
+    for kernel in model.kernels:
+        plan = kernel.online
+        if plan is None:
+            continue
+        for slot in model.combines.get(kernel.name, {}):
+            factor = model.factors.of(kernel.name, plan.dim, slot)
+            if factor == ex.ONE:
+                continue
+            level = model.slots[slot].name
+            out.append(when_chosen(model.chosen.get(kernel.name, ex.ONE), NamedConstraint(
+                "online.split", f"kernel {kernel.name}: the pass over {plan.dim} runs in "
+                f"one {level} unit (--emit {emit}: that emitter does not merge partial "
+                f"running statistics; --emit upmem does)", ex.Cmp(factor, "==", ex.ONE))))
     return out
 
 

@@ -72,6 +72,12 @@ TARGETS: Mapping[str, str] = {
 }
 
 
+# targets whose emitter writes `OnlineCombine` (the merge of an online pass split across
+# units); `--emit` of any other keeps every online pass in one unit (group online.split,
+# `online_terms.whole_pass_constraints`), so that it is never handed a split it cannot write
+MERGES_ONLINE = frozenset({"upmem"})
+
+
 def names() -> tuple[str, ...]:
     return tuple(TARGETS)
 
