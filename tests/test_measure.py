@@ -5,6 +5,7 @@ codes (a failing check is provoked by replacing the timing function)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -14,11 +15,13 @@ import pytest
 from conftest import benchmark_module
 from typer.testing import CliRunner
 
+import synth.constraints.cpsat
 import synth.pipeline
 from synth import measure
 from synth.cli import app
+from synth.constraints import expr as ex
 from synth.constraints.result import Status
-from synth.measure import Timing, ranks, relevant, spearman
+from synth.measure import Timing, exclusion, next_best, ranks, relevant, spearman
 from synth.pipeline import Outcome, Request, run
 
 SOFTMAX = {"N": 4096}
@@ -63,6 +66,35 @@ def test_relevant_leaves_out_unused_kernels(measured: Outcome) -> None:
     assert not [n for n in names if n.split(".")[1:2] and n.split(".")[1] in unused
                 and not n.startswith("fuse.")]
     assert any(n.startswith("fuse.") for n in names)
+
+
+@pytest.mark.parametrize(("workload", "hw", "sizes"), [
+    ("softmax", "upmem", {"N": 65536}), ("layernorm", "cpu", {"S": 64, "D": 256})])
+def test_next_best_is_the_order_of_one_solve_per_schedule(
+        workload: str, hw: str, sizes: dict[str, int]) -> None:
+    """Lawler's pieces give the same costs in the same order as solving again with every
+    earlier schedule excluded, and never the same relevant decisions twice."""
+    outcome = run(Request(workload, hw, sizes, validate=False))
+    model, first = outcome.model, outcome.result
+    assert first.env is not None and first.objective is not None
+    k = 6
+    lawler = []
+    for env in next_best(model, first, 60.0, lambda _: None):
+        lawler.append(env)
+        if len(lawler) == k:
+            break
+    one_by_one, excluded = [first.objective], [exclusion(relevant(model, first.env), 1)]
+    while len(one_by_one) < k:
+        cset = dataclasses.replace(model.constraints, constraints=(
+            *model.constraints.constraints, *excluded))
+        result = synth.constraints.cpsat.solve(cset, 60.0)
+        assert result.env is not None and result.objective is not None
+        one_by_one.append(result.objective)
+        excluded.append(exclusion(relevant(model, result.env), len(excluded) + 1))
+    costs = [ex.evaluate(model.constraints.objective, env) for env in lawler]
+    assert costs == one_by_one
+    distinct = {tuple(sorted(relevant(model, env).items())) for env in lawler}
+    assert len(distinct) == k
 
 
 def test_measure_json(tmp_path: Path) -> None:
