@@ -114,8 +114,9 @@ def test_attention_at_4096_runs_online_where_the_scores_do_not_fit(hw: str) -> N
 
 
 def test_a_batched_contraction_is_one_product_per_leading_index() -> None:
-    """`sc[b, h, i, j] += Q[b, h, i, e] * K[b, h, j, e]` is a product per (b, h); an
-    index of the target missing from an operand (a broadcast) is not, nor a max-product."""
+    """`sc[b, i, j] += Q[b, i, e] * K[b, j, e]` is a product per b, and so is a
+    projection whose other operand is shared by every b (`bc`); a target index in neither
+    operand (`rp`: the same product repeated) or a max-product is not."""
     from synth.constraints.intrinsic import contraction
     from synth.lang import parse_workload
     workload = parse_workload("""
@@ -128,12 +129,14 @@ in  W : f32[S, E]
 out sc : f32[B, S, S]
 out bc : f32[B, S, S]
 out mx : f32[B, S, S]
+out rp : f32[B, S, S]
 sc[b, i, j] += Q[b, i, e] * K[b, j, e]
 bc[b, i, j] += Q[b, i, e] * W[j, e]
 mx[b, i, j] max= Q[b, i, e] * K[b, j, e]
+rp[b, i, j] += W[i, e] * W[j, e]
 """, "<test>", "batched")
     found = {s.name: contraction(s) for s in workload.statements}
-    assert found == {"sc": ("i", "j", "e"), "bc": None, "mx": None}
+    assert found == {"sc": ("i", "j", "e"), "bc": ("i", "j", "e"), "mx": None, "rp": None}
 
 
 def test_multi_head_attention_runs_both_products_on_the_matrix_engine() -> None:
@@ -146,3 +149,16 @@ def test_multi_head_attention_runs_both_products_on_the_matrix_engine() -> None:
     assert kernel.startswith("sc_") and env[f"pack.{kernel}"] == 1
     compute = outcome.model.constraints.breakdown["compute"]
     assert ex.evaluate(compute, {**env, f"pack.{kernel}": 0}) > 4 * ex.evaluate(compute, env)
+
+
+def test_the_projections_into_heads_run_on_the_matrix_engine() -> None:
+    """The transformer's q[h, s, e] += xn[s, d] * Wq[d, h, e] (xn shared by the heads) is
+    a product per head: packed on wormhole, at a reduced size."""
+    outcome = _solve("transformer", "wormhole", {"S": 64, "D": 64, "H": 2, "E": 32, "F": 64})
+    env = outcome.result.env or {}
+    packed = {n for n, v in env.items() if n.startswith("pack.") and v == 1}
+    for stmt in ("q", "k", "v"):
+        [kernel] = [k for k in outcome.model.selected(env)
+                    if stmt in {s.name for s in k.statements}]
+        assert f"pack.{kernel.name}" in packed, (stmt, kernel.name, packed)
+

@@ -21,9 +21,9 @@ def pack_decision(kernel: str) -> str:
 def contraction(stmt: Statement) -> tuple[str, str, str] | None:
     """(m, n, k) when `stmt` is `C[.., m, n] += A[.., m, k] * B[.., k, n]` (operands either
     way round, either index order), the form a matrix intrinsic computes, batched over
-    the target's leading indices (`..`: indices of the target and both operands, as a
-    head's scores `sc[b, h, i, j] += Q[b, h, i, e] * K[b, h, j, e]`, one product per
-    (b, h)); else None."""
+    the target's leading indices (`..`: each in one operand or both, as a head's scores
+    `sc[b, h, i, j] += Q[b, h, i, e] * K[b, h, j, e]` or a projection into heads
+    `q[h, s, e] += x[s, d] * Wq[d, h, e]`, one product per head); else None."""
     expr = stmt.expr
     if (stmt.op is not ReduceOp.ADD or len(stmt.reduced) != 1 or len(stmt.indices) < 2
             or not isinstance(expr, BinOp) or expr.op != "*"
@@ -33,10 +33,12 @@ def contraction(stmt: Statement) -> tuple[str, str, str] | None:
     *leading, m, n = stmt.indices
     k = stmt.reduced[0]
     batch = frozenset(leading)
-    if any(len(set(a.indices)) != len(a.indices) for a in (expr.lhs, expr.rhs)):
+    lhs, rhs = (frozenset(a.indices) for a in (expr.lhs, expr.rhs))
+    if (any(len(set(a.indices)) != len(a.indices) for a in (expr.lhs, expr.rhs))
+            or not batch <= lhs | rhs):
         return None
-    operands = {frozenset(expr.lhs.indices), frozenset(expr.rhs.indices)}
-    return (m, n, k) if operands == {batch | {m, k}, batch | {k, n}} else None
+    operands = {lhs - batch, rhs - batch}
+    return (m, n, k) if operands == {frozenset((m, k)), frozenset((k, n))} else None
 
 
 def packable(kt: KernelTerms) -> tuple[tuple[Statement, Intrinsic], ...]:
