@@ -142,9 +142,15 @@ def _merges(program: Program) -> list[OnlineCombine]:
     return [n for k in program.kernels for n in walk(k.body) if isinstance(n, OnlineCombine)]
 
 
+# S = 40 padded to 64 keys in blocks of 16: the fourth tasklet's keys are all padding (its
+# partial maximum -inf, its sums 0), the third's half
+PADDED = Case.of("attention", "upmem", {"S": 40, "D": 16}, SMALL_UPMEM)
+
+
 @needs_make
-@pytest.mark.parametrize(("case", "fixes"), [(ATTENTION, SPLIT), (LSE, LSE_SPLIT)],
-                         ids=["attention", "log-sum-exp"])
+@pytest.mark.parametrize(("case", "fixes"), [
+    (ATTENTION, SPLIT), (LSE, LSE_SPLIT), (PADDED, (*SPLIT, "Q.s_m_p_l_o.j=16"))],
+    ids=["attention", "log-sum-exp", "attention-padded"])
 def test_a_split_pass_validates_everywhere(tmp_path: Path, case: Case,
                                            fixes: tuple[str, ...]) -> None:
     built, program = forced(case, *fixes)

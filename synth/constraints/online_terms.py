@@ -183,9 +183,20 @@ def merge_cost(kt: KernelTerms) -> ex.Int:
 
 def core_compute(kt: KernelTerms, point_ps: dict[str, ex.Int]) -> ex.Int:
     """The pass's compute: each core statement at its cost per point (`point_ps`, by
-    statement name) over its own points, and the rescale."""
-    return ex.add(*(ex.mul(point_ps[s.name], statement_points(kt, s))
-                    for s in kt.kernel.core), rescale_cost(kt))
+    statement name) over its own points, and the rescale. Statements over the same
+    dimensions but the inner ones (whole in every tile: a constant number of points)
+    share one product of factors, their costs per point summed first: a sum of such
+    products takes as many values as one (the z3 backend's one-hot lowering of the
+    unsummed form ran past its cap once the tasklets split the pass)."""
+    plan = kt.kernel.online
+    assert plan is not None
+    groups: dict[tuple[str, ...], list[ex.Int]] = {}
+    for stmt in kt.kernel.core:
+        outer = tuple(d for d in stmt.dims if d not in plan.inner)
+        inner = [kt.dim_product(d, kt.temporal()) for d in stmt.dims if d in plan.inner]
+        groups.setdefault(outer, []).append(ex.mul(point_ps[stmt.name], *inner))
+    return ex.add(*(ex.mul(ex.add(*costs), *(kt.dim_product(d, kt.temporal()) for d in outer))
+                    for outer, costs in groups.items()), rescale_cost(kt))
 
 
 def footprint(kt: KernelTerms, itemsize: int) -> ex.Int:

@@ -372,10 +372,11 @@ def _online_candidates(kernel: KernelSpec, dim: str, slots: tuple[Slot, ...],
         return []
     innermost = len(slots) - 1
     unsplit = []
+    read_whole = bool(_statistics_read_whole(kernel))  # by its epilogue: never split
     for index in values:
         inner = dim in plan.inner and index != innermost
         whole = (dim == plan.dim and slots[index].kind is SlotKind.SPATIAL
-                 and index not in merging)
+                 and (index not in merging or read_whole))
         if inner or whole:
             values[index] = (1,)
         if whole:
@@ -386,10 +387,24 @@ def _online_candidates(kernel: KernelSpec, dim: str, slots: tuple[Slot, ...],
     return unsplit
 
 
+def _statistics_read_whole(kernel: KernelSpec) -> list[str]:
+    """The online kernel's running statistics that another of its statements reads
+    whole (an epilogue's `O = o / l`: `fusion.complete` keeps their reduction in one
+    tile, so no unit holds a share of the pass)."""
+    assert kernel.online is not None
+    stats = {kernel.online.target, *kernel.online.rescaled}
+    return [stmt.target for stmt, _ in kernel.completed() if stmt.target in stats]
+
+
 def unsplit_reason(kernel: KernelSpec, level: str) -> str:
     """Why an online kernel's pass is not split across the units of `level` (the group
     `online.split`, `online_terms.split_constraints`, says the same)."""
     assert kernel.online is not None
+    read = _statistics_read_whole(kernel)
+    if read:
+        return (f"online.split: kernel {kernel.name}: the pass over {kernel.online.dim} "
+                f"runs in one {level} unit (the kernel reads {', '.join(read)} whole after "
+                f"it: fusion.complete)")
     return (f"online.split: kernel {kernel.name}: the pass over {kernel.online.dim} runs "
             f"in one {level} unit (running statistics are merged across units only on "
             f"the device, where the units share a memory below the root: UPMEM tasklets)")
