@@ -121,6 +121,9 @@ class Memory:
     # compute, where it overlaps (`overlap`): register loads and stores are instructions
     # of the same core, which run beside its arithmetic only in part (cpu_compute.exposed_cost)
     exposed: float = 0.0
+    # a cache's associativity (0: not modelled): rows of a tile a power-of-two stride apart
+    # share its sets, and at most `ways` of them stay per set (transfers.aliased_moves)
+    ways: int = 0
 
     @property
     def usable(self) -> int:

@@ -96,7 +96,7 @@ _LEVEL_FIELDS = ("symbol", "count", "issue_share", "barrier", "fork", "barrier_p
 _MEMORY_KEYS = ("name", "level", "instance_level", "capacity", "reserved", "symbol", "latency",
                 "bandwidth", "shared_by", "transfer", "detect", "overlap", "cache",
                 "warm", "store_bandwidth", "write_latency", "blocking", "issue", "push",
-                "exposed")
+                "exposed", "ways")
 _MEMORY_FIELDS = tuple(k for k in _MEMORY_KEYS if k not in ("name", "transfer", "push"))
 # about the parent: not on the root memory
 _PARENT_KEYS = ("latency", "bandwidth", "transfer", "store_bandwidth", "write_latency",
@@ -297,13 +297,24 @@ def detect_cache_size(kind: str, cache_dir: Path | None = None) -> int | None:
     (another OS, a container without /sys), so the caller falls back to the file's capacity:
     detection improves the model, it must never make loading fail.
     """
+    return _detect_cache(kind, "size", _parse_sysfs_size, cache_dir)
+
+
+def detect_cache_ways(kind: str, cache_dir: Path | None = None) -> int | None:
+    """The associativity of this machine's `kind` cache (sysfs `ways_of_associativity`), or
+    None when it cannot be read (or is 0: fully associative or unknown)."""
+    return _detect_cache(kind, "ways_of_associativity", lambda t: int(t) or None, cache_dir)
+
+
+def _detect_cache(kind: str, field: str, parse: Callable[[str], int | None],
+                  cache_dir: Path | None) -> int | None:
     level, types = _DETECT_KINDS[kind]
     root = CACHE_DIR if cache_dir is None else cache_dir
     try:
         for index in sorted(root.glob("index*")):
             if (int((index / "level").read_text()) == level
                     and (index / "type").read_text().strip() in types):
-                return _parse_sysfs_size((index / "size").read_text())
+                return parse((index / field).read_text().strip())
     except (OSError, ValueError):
         return None
     return None
@@ -558,6 +569,8 @@ def _set_path(tree: dict[str, Any], path: tuple[str | int, ...], value: Scalar,
     node[path[-1]] = value
     if path[0] == "memory" and path[-1] == "capacity":
         node.pop("detect", None)  # a capacity given on the command line beats detection
+    if path[0] == "memory" and path[-1] == "ways" and isinstance(value, int):
+        node[path[-1]] = str(value)  # so do ways (`_ways`: text is not detected)
 
 
 def _apply_overrides(tree: dict[str, Any], overrides: Sequence[str], where: _Where) -> None:
@@ -818,7 +831,22 @@ def _memory(entry: dict[str, Any], is_root: bool, levels: Sequence[Level], clock
         push=None if "push" not in entry else _push(entry["push"], names, level, clock_hz,
                                                     where.at("push")),
         exposed=_share(entry.get("exposed", 0), where.at("exposed")),
+        ways=_ways(entry, where),
     )
+
+
+def _ways(entry: Mapping[str, Any], where: _Where) -> int:
+    """`ways`, the cache's associativity (0: not modelled): detected from this machine with
+    the capacity where `detect` names a cache and sysfs says, else as written."""
+    if "ways" not in entry:
+        return 0
+    value = entry["ways"]
+    if isinstance(value, str) and _COUNT.match(value):  # from --hw-set: beats detection
+        return _integer(int(value), where.at("ways"), 0, 1 << 16)
+    written = _integer(value, where.at("ways"), 0, 1 << 16)
+    kind = entry.get("detect")
+    detected = detect_cache_ways(kind) if kind in _DETECT_KINDS else None
+    return written if detected is None else detected
 
 
 def _share(value: object, where: _Where) -> float:

@@ -244,6 +244,7 @@ def fake_sysfs(root: Path) -> None:
         (index / "level").write_text(f"{level}\n")
         (index / "type").write_text(f"{kind}\n")
         (index / "size").write_text(f"{size}\n")
+        (index / "ways_of_associativity").write_text(f"{4 * (level + 2)}\n")
 
 
 def test_detect_cache_size(tmp_path: Path) -> None:
@@ -251,6 +252,25 @@ def test_detect_cache_size(tmp_path: Path) -> None:
     assert detect_cache_size("L1d", tmp_path) == 48 * 1024  # not the instruction cache
     assert detect_cache_size("L2", tmp_path) == 1280 * 1024
     assert detect_cache_size("L3", tmp_path) == 96 * 2**20
+
+
+def test_l1_ways_detected_file_or_command_line(tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """cpu's l1 `ways`: this machine's associativity where sysfs says it (the fake tree:
+    12), the file's where it cannot be read, and --hw-set's above both; the other memories
+    leave it unmodelled (0)."""
+    fake_sysfs(tmp_path)
+    assert hwfile.detect_cache_ways("L1d", tmp_path) == 12
+    monkeypatch.setattr(hwfile, "CACHE_DIR", tmp_path)
+    (tmp_path / "index0" / "ways_of_associativity").write_text("8\n")
+    hw = load_hardware("cpu")
+    assert hw.memory("l1").ways == 8
+    assert [hw.memory(m).ways for m in ("dram", "l3", "l2", "reg")] == [0, 0, 0, 0]
+    assert load_hardware("cpu", ("l1.ways=4",)).memory("l1").ways == 4
+    monkeypatch.setattr(hwfile, "CACHE_DIR", tmp_path / "missing")
+    assert load_hardware("cpu").memory("l1").ways == 12  # cpu.toml's fallback
+    with pytest.raises(InputError, match=r"ways: expected an integer"):
+        load_hardware("cpu", ("l1.ways=-1",))
 
 
 def test_detect_cache_size_unreadable(tmp_path: Path) -> None:

@@ -821,6 +821,9 @@ def _moves(kt: KernelTerms, workload: Workload, use: TensorUse, mem: Memory, slo
         from synth.constraints.online_terms import stream_cost, streamed
         if streamed(kt, use, slot):  # an online step's operand streaming through a cache
             return stream_cost(kt, use, mem, itemsize)
+    elif mem.ways:
+        from synth.constraints.transfers import aliased_moves  # builds on this module
+        return aliased_moves(kt, workload, use, mem, slot, itemsize)
     return tensor_transfer_cost(kt, use, mem, slot, itemsize)
 
 

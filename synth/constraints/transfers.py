@@ -4,7 +4,10 @@
   transfer per tensor per group of instances (UPMEM's `dpu_push_xfer`: one per tensor
   per rank, equal sizes per DPU), each direction its own part of the breakdown;
 - blocking transfers (a memory's `blocking = true`): a unit waits for its own transfers
-  into the innermost memory, and only other units' work hides them (UPMEM's `mram_read`).
+  into the innermost memory, and only other units' work hides them (UPMEM's `mram_read`);
+- a set-associative cache (a memory's `ways`) whose tile's rows alias in its sets: the
+  tile does not stay, and its lines move again for every tile of the next memory in
+  (`aliased_moves`).
 
 Built on `cost`'s terms; `cost.kernel_cost` and `cost.kernel_objective` call in here.
 """
@@ -12,9 +15,11 @@ Built on `cost`'s terms; `cost.kernel_cost` and `cost.kernel_objective` call in 
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Sequence
 
 from synth.constraints import expr as ex
+from synth.constraints import roofline
 from synth.constraints.combines import exchanged_on_device
 from synth.constraints.cost import (
     KernelTerms,
@@ -29,8 +34,9 @@ from synth.constraints.cost import (
     transfer_count,
     transfer_loops,
 )
-from synth.constraints.space import NamedConstraint, TensorUse
+from synth.constraints.space import NamedConstraint, SlotKind, TensorUse
 from synth.hardware import Memory
+from synth.vectors import contraction, packable_operand
 from synth.workload import Workload
 
 
@@ -180,3 +186,72 @@ def blocking_bounds(kt: KernelTerms, workload: Workload) -> list[NamedConstraint
         "implied", f"kernel {kt.kernel.name}: compute and the {mem.name} transfers that "
         "block it take at least their mean",
         ex.Cmp(ex.mul(2, blocking_time(kt, workload, compute)), ">=", both))]
+
+
+def aliased_moves(kt: KernelTerms, workload: Workload, use: TensorUse, mem: Memory,
+                  slot: int, itemsize: int) -> ex.Int:
+    """`use`'s moves into `mem`, a set-associative cache (`mem.ways`), where its tile's
+    rows may alias in the cache's sets.
+
+    Priced where a tile's register tiles are gathered (the kernel's vector dimension
+    indexes the tensor before its last axis), the case measured (layernorm, RESULTS.md).
+    A cache of C bytes and W ways maps an address to a set by its offset modulo C / W
+    (the L1d of the development machine: 48 KiB, 12 ways, 4 KiB a way). Rows of a tensor
+    `stride` bytes apart start at as many distinct offsets as (C / W) / gcd(stride, C / W)
+    (lines at least), so at most W x that many of them stay at once (`aliased_rows`:
+    layernorm's x, rows of 1024 f32 = 4 KiB apart, all in one set: 12 rows). A tile with
+    more rows than that is not kept between the steps of the loops inside it: each tile
+    of the next memory in (the register tile, e.g. a [128 x 1] column of x gathered into
+    vectors along the rows) moves its own lines from the parent, a whole line per row
+    however few of its elements the tile uses. So the tile's moves are priced at that
+    inner slot's tiles and loops (at this memory's rates and line), and otherwise as
+    usual. (The emitter gathers a register tile a vector at a time, its lanes from
+    consecutive rows; reading each row's elements of the tile in a row instead ran 2x
+    slower: RESULTS.md, "Gathered row reductions".)"""
+    normal = tensor_transfer_cost(kt, use, mem, slot, itemsize)
+    inner = next((i for i in range(slot + 1, len(kt.slots))
+                  if kt.slots[i].kind is SlotKind.TEMPORAL), None)
+    vector = roofline.kernel_vector_dim(kt.kernel.statements)
+    if (inner is None or vector not in use.indices[:-1] or not kt.hw.compute.vector_tiles
+            or packed_operand(kt, use)):
+        return normal  # only a tile gathered into vectors along its rows
+    shape = workload.tensors[use.tensor].shape
+    held = aliased_rows(mem, shape[-1] * itemsize)
+    if held is None:
+        return normal
+    fresh = tensor_transfer_cost(kt, use, mem, inner, itemsize)
+    width = max(roofline.lanes(s, vector, workload, kt.hw.compute) for s in kt.kernel.statements)
+    aliased: ex.Cond | bool
+    if held < width:  # every tile of whole vectors along the rows has more rows than stay
+        aliased = roofline.whole_vectors(kt.tile(vector, len(kt.slots) - 1), width,
+                                         kt.factors.domains)
+    else:
+        rows = ex.mul(*(kt.tile(d, slot) for d in use.indices[:-1]))
+        aliased = ex.Cmp(rows, ">", ex.const(held))
+    if isinstance(aliased, bool):
+        return fresh if aliased else normal
+    return ex.select(aliased, fresh, normal)
+
+
+def aliased_rows(mem: Memory, stride: int) -> int | None:
+    """The most rows `stride` bytes apart whose first lines `mem` (with `ways`) holds at
+    once, or None when such rows spread over all its sets (no fewer than it holds lines)."""
+    if not mem.ways or mem.capacity % mem.ways:
+        return None
+    way = mem.capacity // mem.ways
+    line = max(mem.rules.multiple, 1)
+    step = max(math.gcd(stride, way), line)
+    if step <= line:
+        return None
+    return mem.ways * (way // step)
+
+
+def packed_operand(kt: KernelTerms, use: TensorUse) -> bool:
+    """Whether the C emitter packs `use` into contiguous panels (a contraction operand,
+    `synth.emit.c_pack`): its rows are then not the tensor's."""
+    for stmt in kt.kernel.core:
+        operands = contraction(stmt)
+        if operands is not None and any(a.tensor == use.tensor and packable_operand(stmt, a)
+                                        for a in operands):
+            return True
+    return False

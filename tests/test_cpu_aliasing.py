@@ -1,0 +1,70 @@
+"""The L1's set aliasing in the cpu model (`transfers.aliased_moves`): a row reduction
+vectorised along the rows gathers its vectors from rows a power-of-two stride apart,
+which share the L1's sets, so only `ways` of them stay. Measured (RESULTS.md, "Gathered
+row reductions"): layernorm's row sums with a [128 x 1] register tile ran 4x slower
+than with [32 x 8], which the model priced alike. Relations only, deterministic limits."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from conftest import solve
+
+from synth.constraints import expr as ex
+from synth.constraints.result import Status
+from synth.constraints.transfers import aliased_rows
+from synth.hwfile import load_hardware
+from synth.lang import parse_workload
+from synth.pipeline import encode
+
+ROW_SUM = """
+size S = 64
+size D = 1024
+in  x : f32[S, D]
+out sm : f32[S]
+sm[s] += x[s, d]
+"""
+
+
+def test_rows_a_way_apart_share_a_set() -> None:
+    """48 KiB, 12 ways (4 KiB a way, 64 B lines): rows 4 KiB apart all fall in one set
+    (12 stay), 1 KiB apart in 4 (48), 256 B apart in 16; rows at an odd stride spread
+    over every set, and a cache without `ways` is not modelled."""
+    l1 = dataclasses.replace(load_hardware("cpu").memory("l1"), capacity=48 * 1024, ways=12)
+    assert aliased_rows(l1, 4096) == 12
+    assert aliased_rows(l1, 8192) == 12
+    assert aliased_rows(l1, 1024) == 48
+    assert aliased_rows(l1, 256) == 192
+    assert aliased_rows(l1, 4100) is None
+    assert aliased_rows(l1, 64) is None
+    assert aliased_rows(dataclasses.replace(l1, ways=0), 4096) is None
+
+
+def objective(hw_set: tuple[str, ...], fixes: tuple[str, ...]) -> int:
+    workload = parse_workload(ROW_SUM, "<test>", "rowsum")
+    model = encode(workload, load_hardware("cpu", hw_set), fixes=fixes)
+    result = solve(model.constraints)
+    assert result.status is Status.OPTIMAL and result.env is not None, result.status
+    return ex.evaluate(model.constraints.objective, dict(result.env))
+
+
+def test_a_column_gathered_from_aliasing_rows_costs_a_line_per_element() -> None:
+    """Row sums over rows 4 KiB apart, vectorised along the rows: a [16 x 1] register
+    tile (one column of 16 rows per step, the L1 tile 8 columns wide) moves a line per
+    element, since the 16 rows' lines do not stay in a 12-way set between the columns;
+    a [16 x 8] tile uses 8 elements of each line it moves. With the associativity
+    modelled the column costs more; without it (`l1.ways=0`) the two were a tie, which
+    the solver broke the slow way on layernorm."""
+    column = ("V.sm.s=16", "V.sm.d=1", "Q.sm.d=8")
+    block = ("V.sm.s=16", "V.sm.d=8")
+    assert load_hardware("cpu").memory("l1").ways > 1
+    assert objective((), column) > objective((), block)
+    gap = objective((), column) - objective((), block)
+    assert gap > objective(("l1.ways=0",), column) - objective(("l1.ways=0",), block)
+
+
+def test_rows_that_stay_are_not_charged() -> None:
+    """With 64 ways every one of the 16 rows stays: the column tile costs what it does
+    without the associativity modelled."""
+    column = ("V.sm.s=16", "V.sm.d=1", "Q.sm.d=8")
+    assert objective(("l1.ways=64",), column) == objective(("l1.ways=0",), column)
