@@ -203,7 +203,9 @@ def aliased_moves(kt: KernelTerms, workload: Workload, use: TensorUse, mem: Memo
     more rows than that is not kept between the steps of the loops inside it: each tile
     of the next memory in (the register tile, e.g. a [128 x 1] column of x gathered into
     vectors along the rows) moves its own lines from the parent, a whole line per row
-    however few of its elements the tile uses. So the tile's moves are priced at that
+    however few of its elements the tile uses. Priced where fewer rows stay than a
+    vector has lanes (so every vectorised tile of the rows aliases). So the tile's moves
+    are priced at that
     inner slot's tiles and loops (at this memory's rates and line), and otherwise as
     usual. (The emitter gathers a register tile a vector at a time, its lanes from
     consecutive rows; reading each row's elements of the tile in a row instead ran 2x
@@ -221,13 +223,10 @@ def aliased_moves(kt: KernelTerms, workload: Workload, use: TensorUse, mem: Memo
         return normal
     fresh = tensor_transfer_cost(kt, use, mem, inner, itemsize)
     width = max(roofline.lanes(s, vector, workload, kt.hw.compute) for s in kt.kernel.statements)
-    aliased: ex.Cond | bool
-    if held < width:  # every tile of whole vectors along the rows has more rows than stay
-        aliased = roofline.whole_vectors(kt.tile(vector, len(kt.slots) - 1), width,
-                                         kt.factors.domains)
-    else:
-        rows = ex.mul(*(kt.tile(d, slot) for d in use.indices[:-1]))
-        aliased = ex.Cmp(rows, ">", ex.const(held))
+    if held >= width:  # priced only where no tile of whole vectors fits (a select on the
+        return normal  # rows made CP-SAT time out on layernorm at D=256: RESULTS.md)
+    aliased = roofline.whole_vectors(kt.tile(vector, len(kt.slots) - 1), width,
+                                     kt.factors.domains)
     if isinstance(aliased, bool):
         return fresh if aliased else normal
     return ex.select(aliased, fresh, normal)
