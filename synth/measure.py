@@ -220,7 +220,8 @@ class _Piece:
 
 
 def next_best(model: Model, first: SolveResult, time_limit_s: float,
-              tell: Callable[[str], None]) -> Iterator[dict[str, int]]:
+              tell: Callable[[str], None], work_limit_s: float | None = None
+              ) -> Iterator[dict[str, int]]:
     """The schedules in order of modelled cost, `first` first, each distinct from the
     earlier ones in its `relevant` decisions (Lawler's k-best scheme): the space left
     once a schedule s is taken from its piece P is split into pieces P_1 .. P_n, where
@@ -231,7 +232,8 @@ def next_best(model: Model, first: SolveResult, time_limit_s: float,
     decisions or exclude one group's values, so the solver still solves it kernel by
     kernel, and the parts no constraint touches come from the cache shared by all these
     solves. Stops when the space is exhausted or the time is up (a piece solved only to
-    FEASIBLE keeps its schedule's place by its cost)."""
+    FEASIBLE keeps its schedule's place by its cost). `work_limit_s` bounds each solve's
+    deterministic time too (`cpsat.solve`; tests)."""
     assert first.env is not None and first.objective is not None
     start = time.perf_counter()
     cache = PartCache()
@@ -246,7 +248,7 @@ def next_best(model: Model, first: SolveResult, time_limit_s: float,
             tell(f"searching the next best schedule (piece {piece.order} of {made})")
             cset = dataclasses.replace(model.constraints, constraints=(
                 *model.constraints.constraints, *piece.extra))
-            result = cpsat.solve(cset, left, cache=cache)
+            result = cpsat.solve(cset, left, cache=cache, work_limit_s=work_limit_s)
             if result.env is not None and result.objective is not None:
                 heapq.heappush(pieces, dataclasses.replace(
                     piece, objective=result.objective, unsolved=False, env=dict(result.env)))
