@@ -1,4 +1,4 @@
-"""The interpreter's batched reduction loops (`synth.ir.interpret.fold_plan`) against the
+"""The interpreter's batched reduction loops (`synth.ir.fold_plan`) against the
 plain step-by-step run (`interpret(..., batch=False)`): on random workloads and schedules,
 built-ins and hand-written corner cases, the batched run gives the same result, bitwise
 for integers and within the validation tolerance for floats (in practice bitwise too:
@@ -31,7 +31,8 @@ from strategies import GeneratedWorkload, workloads
 from synth import pipeline
 from synth.errors import IRError
 from synth.ir import interpret as interp
-from synth.ir.interpret import fold_plans, interpret
+from synth.ir.fold_plan import fold_plans
+from synth.ir.interpret import interpret
 from synth.ir.materialize import materialize
 from synth.ir.nodes import (
     Affine,

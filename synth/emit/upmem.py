@@ -56,7 +56,7 @@ import re
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -75,7 +75,27 @@ from synth.emit.cstyle import (
     statement_text,
     term,
 )
-from synth.hardware import Hardware, Memory
+from synth.emit.upmem_files import (
+    copy_runtime,
+    glue,
+    makefile,
+    remove_stale,
+    write_data,
+    write_tolerances,
+)
+from synth.emit.upmem_plan import (
+    DMA_ALIGN,
+    LEVELS,
+    MEMORIES,
+    KernelPlan,
+    Layout,
+    Target,
+    is_tasklet_loop,
+    partial_offset,
+    plan_program,
+    tasklet_chain,
+)
+from synth.hardware import Hardware
 from synth.ir.nodes import (
     Affine,
     Alloc,
@@ -83,7 +103,6 @@ from synth.ir.nodes import (
     Combine,
     Compute,
     Fill,
-    Kernel,
     Load,
     Loop,
     LoopKind,
@@ -96,17 +115,12 @@ from synth.ir.nodes import (
     Store,
     walk,
 )
-from synth.reference import evaluate_errors, tolerance
+from synth.reference import evaluate_errors
 from synth.workload import Access, Call, Expr, Num, Workload
 from synth.workload import walk as expr_nodes
 
 __all__ = ["CheckResult", "Emission", "EmitError", "check_upmem", "emit_upmem"]
 
-RUNTIME_FILES = ("attributes.h", "defs.h", "mram.h", "barrier.h", "alloc.h", "dpu.h",
-                 "standin.h", "standin.c")
-DMA_ALIGN = 8  # bytes: both ends of every MRAM<->WRAM or host<->MRAM transfer
-LEVELS = ("host", "rank", "dpu", "tasklet")
-MEMORIES = ("host", "mram", "wram")
 
 
 # ---------------------------------------------------------------- public API
@@ -141,18 +155,18 @@ def emit_upmem(program: Program, workload: Workload, hw: Hardware, out_dir: str 
     host = HostWriter(program, workload, target).render(plans, dpus)
     out = Path(out_dir)
     (out / "data").mkdir(parents=True, exist_ok=True)
-    _remove_stale(out)
+    remove_stale(out)
     files = {out / "host.c": host, out / "Makefile": makefile(program, workload, target, dpus)}
     for dpu in dpus:
         files[out / f"dpu_{dpu.ident}.c"] = dpu.source
         files[out / f"standin_dpu_{dpu.ident}.c"] = glue(dpu)
     for path, text in files.items():
         path.write_text(text)
-    written = list(files) + _copy_runtime(out / "upmem_runtime")
-    written += _write_data(out / "data", workload, inputs, expected)
+    written = list(files) + copy_runtime(out / "upmem_runtime")
+    written += write_data(out / "data", workload, inputs, expected)
     if bounds is None:
         bounds = evaluate_errors(workload, inputs)[1]
-    written += _write_tolerances(out / "data", workload, expected, bounds)
+    written += write_tolerances(out / "data", workload, expected, bounds)
     return Emission(out, tuple(written), tuple(d.ident for d in dpus))
 
 
@@ -175,270 +189,6 @@ def check_upmem(out_dir: str | Path, timeout_s: float = 600.0) -> CheckResult:
         log += f"\nmake check: timed out after {timeout_s:g} s\n"
         return CheckResult(False, log, time.perf_counter() - start)
     return CheckResult(proc.returncode == 0, log, time.perf_counter() - start)
-
-
-# ---------------------------------------------------------------- the target
-
-
-@dataclass(frozen=True)
-class Target:
-    """The UPMEM facts the emitter uses, from the hardware model and the program."""
-
-    hw: Hardware
-    ranks: int  # R: ranks the program allocates
-    dpus_per_rank: int  # D
-    mram: Memory
-    wram: Memory
-
-    @staticmethod
-    def of(program: Program, hw: Hardware) -> Target:
-        levels = tuple(lvl.name for lvl in hw.levels)
-        memories = tuple(m.name for m in hw.memories)
-        if levels != LEVELS or memories != MEMORIES:
-            raise EmitError(f"the UPMEM emitter needs levels {' > '.join(LEVELS)} and "
-                            f"memories {' > '.join(MEMORIES)}; hardware {hw.name} has "
-                            f"levels {' > '.join(levels)} and memories {' > '.join(memories)}")
-        return Target(hw, _count(program, hw, "rank"), _count(program, hw, "dpu"),
-                      hw.memory("mram"), hw.memory("wram"))
-
-    @property
-    def dma_max(self) -> int | None:
-        return self.wram.rules.max_bytes
-
-    def row_multiple(self, memory: str) -> int:
-        """Rows of a buffer are padded to this many bytes: the memory's transfer multiple,
-        and at least what DMA alignment needs."""
-        if memory == "host":
-            return 1
-        return math.lcm(self.hw.memory(memory).rules.multiple, DMA_ALIGN)
-
-
-def _count(program: Program, hw: Hardware, level: str) -> int:
-    symbol = hw.level(level).symbol
-    if symbol is None or symbol not in program.counts:
-        raise EmitError(f"program {program.workload}: no count for level {level}")
-    return program.counts[symbol]
-
-
-# ---------------------------------------------------------------- buffer layout
-
-
-@dataclass(frozen=True)
-class Layout:
-    """Where a buffer's elements lie: one instance per partial result (outermost), each
-    rows of `row` elements (the innermost axis padded to the row multiple)."""
-
-    partials: tuple[int, ...]  # extent of each partial axis
-    shape: tuple[int, ...]
-    row: int
-
-    @property
-    def strides(self) -> tuple[int, ...]:
-        """Elements between neighbours along each axis of the tile."""
-        strides, step = [], 1
-        for axis in reversed(range(len(self.shape))):
-            strides.append(step)
-            step *= self.row if axis == len(self.shape) - 1 else self.shape[axis]
-        return tuple(reversed(strides))
-
-    @property
-    def instance(self) -> int:
-        return math.prod(self.shape[:-1]) * self.row
-
-    @property
-    def size(self) -> int:
-        return math.prod(self.partials) * self.instance
-
-
-def partial_offset(lay: Layout, loops: Iterable[str]) -> Affine:
-    """Where the partial result for the current values of `loops` starts in a buffer."""
-    offset, stride = Affine(), lay.instance
-    for loop, extent in reversed(list(zip(loops, lay.partials, strict=True))):
-        offset = offset + term(loop, stride)
-        stride *= extent
-    return offset
-
-
-def layout(decl: BufferDecl, target: Target, loops: Mapping[str, LoopVar]) -> Layout:
-    itemsize = decl.dtype.itemsize
-    multiple = target.row_multiple(decl.memory)
-    width = (decl.shape[-1] if decl.shape else 1) * itemsize
-    row = -(-width // multiple) * multiple // itemsize
-    return Layout(tuple(loops[p].extent for p in decl.partial_loops), decl.shape, row)
-
-
-# ---------------------------------------------------------------- the plan of a kernel
-
-
-@dataclass(frozen=True)
-class Launch:
-    """The part of a kernel that runs on the DPUs, started once per iteration of the host
-    loops around it."""
-
-    grid: tuple[LoopVar, ...]  # rank and dpu loops, outermost first
-    host_loops: tuple[LoopVar, ...]  # host loops around the launch, outermost first
-    mram: tuple[BufferDecl, ...]
-    loads: tuple[Load, ...]  # host -> MRAM, before the launch
-    stores: tuple[Store, ...]  # MRAM -> host, after it
-    device: tuple[Node, ...]  # what the DPU program runs
-
-    def level_units(self, level: str) -> int:
-        return math.prod(v.extent for v in self.grid if v.where == level)
-
-
-@dataclass(frozen=True)
-class HostLoop:
-    var: LoopVar
-    body: tuple[HostNode, ...]
-
-
-HostNode = Node | HostLoop | Launch
-
-
-@dataclass(frozen=True)
-class KernelPlan:
-    kernel: Kernel
-    ident: str  # the kernel's C name: dpu_<ident>.c, run_<ident>
-    body: tuple[HostNode, ...]  # the host's part, the launch in place
-    launch: Launch
-    loops: Mapping[str, LoopVar]  # every loop of the kernel, by name
-    buffers: Mapping[str, BufferDecl]  # every buffer it can name (globals included)
-    tasklets: int  # NR_TASKLETS: the most tasklet units it uses at once
-
-    def layout(self, name: str, target: Target) -> Layout:
-        return layout(self.buffers[name], target, self.loops)
-
-
-def plan_program(program: Program, target: Target) -> list[KernelPlan]:
-    names = Names(("host", "standin", "check", "clean", "all"))
-    return [plan_kernel(k, program, target, names(k.name)) for k in program.kernels]
-
-
-def plan_kernel(kernel: Kernel, program: Program, target: Target, ident: str) -> KernelPlan:
-    loops = {n.var.name: n.var for n in walk(kernel.body) if isinstance(n, Loop)}
-    buffers = {d.name: d for d in program.globals}
-    buffers.update({n.buffer.name: n.buffer for n in walk(kernel.body) if isinstance(n, Alloc)})
-    splitter = _Splitter(kernel, buffers)
-    body = splitter.host_body(kernel.body, ())
-    if len(splitter.launches) != 1:
-        raise EmitError(f"kernel {kernel.name}: expected one part that runs on the DPUs, got "
-                        f"{len(splitter.launches)}")
-    launch = splitter.launches[0]
-    for level, count in (("rank", target.ranks), ("dpu", target.dpus_per_rank)):
-        if launch.level_units(level) > count:
-            raise EmitError(f"kernel {kernel.name}: its {level} loops need "
-                            f"{launch.level_units(level)} units, the program allocates {count}")
-    return KernelPlan(kernel, ident, body, launch, loops, buffers,
-                      max(_tasklet_regions(launch.device), default=1))
-
-
-def _is_grid(var: LoopVar) -> bool:
-    return var.kind is LoopKind.PARALLEL and var.where in ("rank", "dpu")
-
-
-def _is_tasklet_loop(node: Node) -> bool:
-    return (isinstance(node, Loop) and node.var.kind is LoopKind.PARALLEL
-            and node.var.where == "tasklet")
-
-
-def _tasklet_chain(loop: Loop) -> tuple[list[LoopVar], tuple[Node, ...]]:
-    """Directly nested tasklet loops (one region of tasklets) and their innermost body."""
-    chain, body = [loop.var], loop.body
-    while len(body) == 1 and _is_tasklet_loop(body[0]):
-        inner = body[0]
-        assert isinstance(inner, Loop)
-        chain.append(inner.var)
-        body = inner.body
-    return chain, body
-
-
-def _tasklet_regions(nodes: tuple[Node, ...]) -> list[int]:
-    """Tasklet units of every region (outermost tasklet loop chain) in `nodes`."""
-    units = []
-    for node in nodes:
-        if _is_tasklet_loop(node):
-            assert isinstance(node, Loop)
-            chain, _ = _tasklet_chain(node)
-            units.append(math.prod(v.extent for v in chain))
-        elif isinstance(node, Loop):
-            units.extend(_tasklet_regions(node.body))
-    return units
-
-
-class _Splitter:
-    """Splits a kernel's nest into the host's part and the launch (the DPUs' part)."""
-
-    def __init__(self, kernel: Kernel, buffers: Mapping[str, BufferDecl]) -> None:
-        self.kernel = kernel
-        self.buffers = buffers
-        self.launches: list[Launch] = []
-
-    def memory(self, buffer: str) -> str:
-        if buffer not in self.buffers:
-            raise EmitError(f"kernel {self.kernel.name}: no buffer named {buffer}")
-        return self.buffers[buffer].memory
-
-    def on_host(self, node: Node) -> bool:
-        if isinstance(node, Loop):
-            return node.var.where == "host"
-        if isinstance(node, Alloc):
-            return node.buffer.memory == "host"
-        if isinstance(node, Fill):
-            return self.memory(node.buffer) == "host"
-        if isinstance(node, Combine):  # of partial results: on the host, or across tasklets
-            return self.memory(node.target) == "host"
-        return False
-
-    def host_body(self, nodes: tuple[Node, ...], around: tuple[LoopVar, ...]
-                  ) -> tuple[HostNode, ...]:
-        out: list[HostNode] = []
-        run: list[Node] = []  # consecutive nodes that run on the DPUs
-
-        def flush() -> None:
-            if run:
-                self.launches.append(self.launch(tuple(run), around))
-                out.append(self.launches[-1])
-                run.clear()
-
-        for node in nodes:
-            if not self.on_host(node):
-                run.append(node)
-                continue
-            flush()
-            if isinstance(node, Loop):
-                out.append(HostLoop(node.var, self.host_body(node.body, around + (node.var,))))
-            else:
-                out.append(node)
-        flush()
-        return tuple(out)
-
-    def launch(self, nodes: tuple[Node, ...], around: tuple[LoopVar, ...]) -> Launch:
-        grid: list[LoopVar] = []
-        while len(nodes) == 1 and isinstance(nodes[0], Loop) and _is_grid(nodes[0].var):
-            grid.append(nodes[0].var)
-            nodes = nodes[0].body
-        for node in walk(nodes):
-            if isinstance(node, Loop) and node.var.where in ("rank", "dpu", "host"):
-                raise EmitError(f"kernel {self.kernel.name}: the {node.var.where} loop "
-                                f"{node.var.name} is not directly around the DPUs' part")
-        mram = tuple(n.buffer for n in nodes if isinstance(n, Alloc) and n.buffer.memory == "mram")
-        names = {d.name for d in mram}
-        loads = [n for n in nodes if isinstance(n, Load) and n.dst in names]
-        stores = [n for n in nodes if isinstance(n, Store) and n.src in names]
-        device = tuple(n for n in nodes if n not in loads and n not in stores
-                       and not (isinstance(n, Alloc) and n.buffer.name in names))
-        self._check_order(nodes, loads, stores, device)
-        return Launch(tuple(grid), around, mram, tuple(loads), tuple(stores), device)
-
-    def _check_order(self, nodes: tuple[Node, ...], loads: list[Load], stores: list[Store],
-                     device: tuple[Node, ...]) -> None:
-        """Host transfers can only happen before and after a launch."""
-        positions = [i for i, n in enumerate(nodes) if any(n is d for d in device)]
-        first, last = (positions[0], positions[-1]) if positions else (len(nodes), -1)
-        for i, node in enumerate(nodes):
-            if (node in loads and i > first) or (node in stores and i < last):
-                raise EmitError(f"kernel {self.kernel.name}: {node} sits between DPU "
-                                f"statements; the host can only move data around a launch")
 
 
 # ---------------------------------------------------------------- double buffering
@@ -481,7 +231,7 @@ def _step_nodes(nodes: tuple[Node, ...], per_tasklet: bool) -> Iterator[Node]:
     """The nodes of one step that run as one tasklet's own work: inside tasklet loops (or
     all, when `per_tasklet`), but not inside nested sequential loops."""
     for node in nodes:
-        if _is_tasklet_loop(node):
+        if is_tasklet_loop(node):
             assert isinstance(node, Loop)
             yield from _step_nodes(node.body, True)
         elif not isinstance(node, Loop) and per_tasklet:
@@ -789,7 +539,7 @@ class DpuWriter(CStyle):
                     written.clear()
                     read.clear()
                     continue
-            elif isinstance(item, Loop) and _is_tasklet_loop(item):
+            elif isinstance(item, Loop) and is_tasklet_loop(item):
                 self.region(code, item)
             elif isinstance(item, Loop):
                 self.sequential(code, item)
@@ -828,7 +578,7 @@ class DpuWriter(CStyle):
     def tasklets(self, code: Code, loop: Loop) -> Iterator[tuple[Node, ...]]:
         """A region of tasklets: the guard of the tasklets with a unit, their loop indices
         from `me()`; yields the body each of them runs."""
-        chain, body = _tasklet_chain(loop)
+        chain, body = tasklet_chain(loop)
         units = math.prod(v.extent for v in chain)
         self.uses_tasklet = True
         head = f"if (tasklet < {units})" if units < self.plan.tasklets else ""
@@ -887,7 +637,7 @@ class DpuWriter(CStyle):
         """The allocations and loads of `nodes` that go ahead, each in its tasklet region."""
         targets = {load.dst for load in plan.ahead}
         for node in nodes:
-            if _is_tasklet_loop(node) and unit is None:
+            if is_tasklet_loop(node) and unit is None:
                 assert isinstance(node, Loop)
                 if any(n in plan.ahead for n in walk(node.body)):
                     with self.tasklets(code, node) as body:
@@ -1251,142 +1001,6 @@ def _node_name(node: Node) -> str:
         if value is not None:
             return value.name if isinstance(value, BufferDecl) else str(value)
     return ""
-
-
-# ---------------------------------------------------------------- the other files
-
-
-def glue(dpu: DpuProgram) -> str:
-    """standin_dpu_<kernel>.c: the DPU program compiled into the host for `make check`."""
-    lines = [
-        f"/* Stand-in glue for dpu_{dpu.ident}.c (make check only, not part of the SDK "
-        f"build): compiles",
-        " * the DPU program into the host program and lists its globals for the stand-in "
-        "runtime. */",
-        '#include "standin.h"',
-        f"#define main dpu_main_{dpu.ident}",
-        f'#include "dpu_{dpu.ident}.c"',
-        "#undef main",
-        "",
-        "static const struct standin_symbol symbols[] = {",
-    ]
-    lines += [f"    STANDIN_{memory.upper()}({name})," for name, memory in dpu.symbols]
-    lines += ["};", f"STANDIN_PROGRAM(dpu_{dpu.ident}, dpu_main_{dpu.ident}, symbols)", ""]
-    return "\n".join(lines)
-
-
-def makefile(program: Program, workload: Workload, target: Target,
-             dpus: Sequence[DpuProgram]) -> str:
-    sizes = ", ".join(f"{k}={v}" for k, v in workload.sizes.items())
-    limits = (f"-DSTANDIN_WRAM_BYTES={target.wram.capacity} "
-              f"-DSTANDIN_MRAM_BYTES={target.mram.capacity} "
-              f"-DSTANDIN_DMA_MAX={target.dma_max or 2048}")
-    kernels = " ".join(d.ident for d in dpus)
-    lines = [
-        f"# {workload.name} ({sizes}) on {program.hardware}, generated by synth.",
-        "#",
-        "#   make        build host and dpu_<kernel> with the UPMEM SDK",
-        "#   make check  build with plain cc against synth's host-side stand-in for the UPMEM",
-        "#               runtime (upmem_runtime/) and run: succeeds only when every output",
-        "#               matches the reference data and no DPU rule was broken",
-        "",
-        "DPU_CC ?= dpu-upmem-dpurte-clang",
-        "HOST_CC ?= gcc",
-        "DPU_CFLAGS ?= -O2 -fwrapv",
-        "HOST_CFLAGS ?= -O2 -fwrapv",
-        "CHECK_CFLAGS ?= -O2 -fwrapv -std=gnu11 -pthread -Wall",
-        f"STANDIN = -Iupmem_runtime {limits}",
-        f"KERNELS = {kernels}",
-        "",
-        "all: host $(KERNELS:%=dpu_%)",
-        "",
-        "host: host.c",
-        "\t$(HOST_CC) $(HOST_CFLAGS) -o $@ host.c `dpu-pkg-config --cflags --libs dpu` -lm",
-    ]
-    for dpu in dpus:
-        flags = f"-DNR_TASKLETS={dpu.tasklets} -DSTACK_SIZE_DEFAULT={dpu.stack_bytes}"
-        lines += ["", f"dpu_{dpu.ident}: dpu_{dpu.ident}.c",
-                  f"\t$(DPU_CC) $(DPU_CFLAGS) {flags} -o $@ dpu_{dpu.ident}.c",
-                  f"standin_dpu_{dpu.ident}.o: standin_dpu_{dpu.ident}.c dpu_{dpu.ident}.c "
-                  f"upmem_runtime/*.h",
-                  f"\t$(CC) $(CHECK_CFLAGS) $(STANDIN) {flags} -c -o $@ "
-                  f"standin_dpu_{dpu.ident}.c"]
-    lines += [
-        "",
-        "check: host_standin",
-        "\t./host_standin",
-        "",
-        "host_standin: host_standin.o standin.o $(KERNELS:%=standin_dpu_%.o)",
-        "\t$(CC) $(CHECK_CFLAGS) -o $@ $^ -lm",
-        "",
-        "host_standin.o: host.c upmem_runtime/dpu.h",
-        "\t$(CC) $(CHECK_CFLAGS) $(STANDIN) -c -o $@ host.c",
-        "",
-        "standin.o: upmem_runtime/standin.c upmem_runtime/*.h",
-        "\t$(CC) $(CHECK_CFLAGS) $(STANDIN) -c -o $@ upmem_runtime/standin.c",
-        "",
-        "clean:",
-        "\trm -f host host_standin *.o $(KERNELS:%=dpu_%) data/output_*.bin",
-        "",
-        ".PHONY: all check clean",
-        "",
-    ]
-    return "\n".join(lines)
-
-
-def _remove_stale(out: Path) -> None:
-    """Files an earlier emission into the same directory left (other kernels, builds)."""
-    for pattern in ("dpu_*", "standin_dpu_*.c", "*.o", "host", "host_standin",
-                    "data/output_*.bin"):
-        for path in out.glob(pattern):
-            if path.is_file():
-                path.unlink()
-
-
-def _copy_runtime(dest: Path) -> list[Path]:
-    dest.mkdir(parents=True, exist_ok=True)
-    source = resources.files("synth.emit").joinpath("upmem_runtime")
-    written = []
-    for name in RUNTIME_FILES:
-        path = dest / name
-        path.write_bytes(source.joinpath(name).read_bytes())
-        written.append(path)
-    return written
-
-
-def _write_tolerances(data: Path, workload: Workload, expected: Mapping[str, np.ndarray],
-                      bounds: Mapping[str, np.ndarray]) -> list[Path]:
-    """`data/tolerance_<output>.bin`: how far each float output element may be from the
-    reference (doubles, `synth.reference.tolerance`), read by the program's compare."""
-    written = []
-    for tensor in workload.outputs:
-        if tensor.dtype.is_float and tensor.name in expected:
-            allowed = tolerance(expected[tensor.name], bounds.get(tensor.name), tensor.dtype)
-            path = data / f"tolerance_{tensor.name}.bin"
-            np.ascontiguousarray(allowed, dtype="<f8").tofile(path)
-            written.append(path)
-    return written
-
-
-def _write_data(data: Path, workload: Workload, inputs: Mapping[str, np.ndarray],
-                expected: Mapping[str, np.ndarray]) -> list[Path]:
-    written = []
-    for kind, tensors, values in (("input", workload.inputs, inputs),
-                                  ("expected", workload.outputs, expected)):
-        for tensor in tensors:
-            if tensor.name not in values:
-                raise EmitError(f"no {kind} data for tensor {tensor.name}")
-            array = np.asarray(values[tensor.name])
-            if array.shape != tensor.shape:
-                raise EmitError(f"{kind} data for {tensor.name} has shape {array.shape}, "
-                                f"expected {tensor.shape}")
-            path = data / f"{kind}_{tensor.name}.bin"
-            np.ascontiguousarray(array, dtype=tensor.dtype.numpy.newbyteorder("<")) \
-                .tofile(path)
-            written.append(path)
-    return written
-
-
 
 
 # ---------------------------------------------------------------- the --emit table entry

@@ -21,15 +21,14 @@ from synth.emit.cstyle import (
     statement_text,
     term,
 )
-from synth.emit.upmem import (
-    DpuProgram,
+from synth.emit.upmem import DpuProgram, describe
+from synth.emit.upmem_plan import (
     HostLoop,
     HostNode,
     KernelPlan,
     Launch,
     Layout,
     Target,
-    describe,
     partial_offset,
 )
 from synth.ir.nodes import Affine, Alloc, BufferDecl, Combine, Fill, Load, Program, Store
