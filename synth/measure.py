@@ -191,11 +191,10 @@ def best_schedules(model: Model, k: int, first: SolveResult, time_limit_s: float
         add(first_source if not found else "next best", env)
         if len(found) >= k:
             return found
-    if len(found) < k:
-        say("greedy schedule")
-        filler = greedy.solve(model.constraints, time_limit_s, model.slots)
-        if filler.env is not None:
-            add("greedy", filler.env)
+    say("greedy schedule")
+    filler = greedy.solve(model.constraints, time_limit_s, model.slots)
+    if filler.env is not None:
+        add("greedy", filler.env)
     seed = 0
     while len(found) < k and seed < SAMPLE_ATTEMPTS * k:
         say(f"random feasible schedule (seed {seed})")
@@ -206,17 +205,20 @@ def best_schedules(model: Model, k: int, first: SolveResult, time_limit_s: float
     return found
 
 
-@dataclass(order=True)
+@dataclass(frozen=True)
 class _Piece:
     """A piece of the schedule space (`extra` constraints on the model): its best
-    schedule once solved, before that its parent's cost (a lower bound of its own).
-    Ordered by that cost, solved pieces first, then by when the piece was made."""
+    schedule once solved (`env`), before that its parent's cost (a lower bound of its
+    own). Ordered by that cost, solved pieces first, then by when the piece was made."""
 
     objective: int
-    unsolved: bool
     order: int
-    env: dict[str, int] | None = dataclasses.field(compare=False)
-    extra: tuple[NamedConstraint, ...] = dataclasses.field(compare=False)
+    env: dict[str, int] | None
+    extra: tuple[NamedConstraint, ...]
+
+    def __lt__(self, other: _Piece) -> bool:
+        return ((self.objective, self.env is None, self.order)
+                < (other.objective, other.env is None, other.order))
 
 
 def next_best(model: Model, first: SolveResult, time_limit_s: float,
@@ -237,7 +239,7 @@ def next_best(model: Model, first: SolveResult, time_limit_s: float,
     assert first.env is not None and first.objective is not None
     start = time.perf_counter()
     cache = PartCache()
-    pieces = [_Piece(first.objective, False, 0, dict(first.env), ())]
+    pieces = [_Piece(first.objective, 0, dict(first.env), ())]
     made = 0
     while pieces:
         piece = heapq.heappop(pieces)
@@ -251,13 +253,13 @@ def next_best(model: Model, first: SolveResult, time_limit_s: float,
             result = cpsat.solve(cset, left, cache=cache, work_limit_s=work_limit_s)
             if result.env is not None and result.objective is not None:
                 heapq.heappush(pieces, dataclasses.replace(
-                    piece, objective=result.objective, unsolved=False, env=dict(result.env)))
+                    piece, objective=result.objective, env=dict(result.env)))
             continue
         yield piece.env
         fixed: list[NamedConstraint] = []
         for group in decision_groups(model, piece.env):
             made += 1
-            heapq.heappush(pieces, _Piece(piece.objective, True, made, None, (
+            heapq.heappush(pieces, _Piece(piece.objective, made, None, (
                 *piece.extra, *fixed, exclusion(group, made))))
             fixed += [_fixing(name, value) for name, value in group.items()]
 

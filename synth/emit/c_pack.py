@@ -121,7 +121,7 @@ def plan_packs(kernel: Kernel, workload: Workload, hw: Hardware,
                vector: str | None) -> dict[str, Pack]:
     """The cache tiles of `kernel` to pack, by buffer name (see the module's doc): the
     operands of its contractions with a vector form along `vector`, the kernel's vector
-    dimension (`synth.constraints.roofline.packed_operands` charges the same)."""
+    dimension (the cost model does not price these copies: see the module's doc)."""
     memory = pack_memory(hw)
     if memory is None or not PACKING:
         return {}
