@@ -17,9 +17,9 @@ from test_emit_c_region import fixed
 
 from synth.emit import c_pack
 from synth.emit.c import KernelWriter, ProgramWriter
-from synth.emit.c_pack import Pack, contraction, exact_div
+from synth.emit.c_pack import Pack, contraction, exact_div, revisits
 from synth.hwfile import load_hardware
-from synth.ir.nodes import Affine, BufferDecl, Program
+from synth.ir.nodes import Affine, BufferDecl, Loop, LoopKind, LoopVar, Program
 from synth.lang import parse_workload
 from synth.workload import DType
 
@@ -147,3 +147,35 @@ def test_a_packed_tile_is_packed_again_only_when_its_origin_moves(tmp_path: Path
     source = (tmp_path / "kernels.c").read_text()
     assert re.search(r"if \(A_l2_at\[[^\]]*\] != ", source), source
     assert re.search(r"int64_t A_l2_at\[\d+\];", source)
+
+
+def test_a_panel_met_again_under_a_loop_that_does_not_walk_it_is_packed_once(
+        tmp_path: Path) -> None:
+    """Loops m > n around B's [K x 16] L2 tile: each step along m meets B's 4 panels
+    again. Each panel gets its own slot (keyed by h_n), so it is packed on its first
+    visit only, and the result still matches; A's tile (walked by h_m, outside every
+    loop that does not walk it) keeps one slot."""
+    case = gemm_case({"M": 64, "N": 64, "K": 32})
+    built, program = fixed(case, "P=1", "fuse.C#1_C#2=1", "S.C#1_C#2.m=1",
+                           "L.C#1_C#2.m=1", "V.C#1_C#2.m=4", "S.C#1_C#2.n=1",
+                           "L.C#1_C#2.n=1", "V.C#1_C#2.n=16")
+    found = {p.decl.tensor: p for p in packs(case, program).values()}
+    assert found["B"].slots == (("h_n", 4),)
+    assert found["A"].slots == ()
+    assert_passes(emit_and_check(program, built.workload, tmp_path))
+    source = (tmp_path / "kernels.c").read_text()
+    assert re.search(r"pack_B_l2 = aligned_alloc\(64, 8192\)", source), source  # 4 x 2 KiB
+    assert re.search(r"B_l2 = pack_B_l2 \+ \(h_n\) \* 512;", source), source
+
+
+def test_only_walking_loops_inside_a_non_walking_one_are_slots() -> None:
+    def loop(name: str, extent: int, kind: LoopKind = LoopKind.SEQUENTIAL) -> Loop:
+        return Loop(LoopVar(name, name[-1], name, extent, 1, kind, "dram"), ())
+
+    tile = BufferDecl("B_l2", "B", "l2", ("k", "n"), (8, 8),
+                      (Affine((("s_k", 8),)), Affine((("h_n", 8), ("s_n", 8)))), DType.F32)
+    walk_out = [loop("h_n", 4), loop("h_m", 3), loop("s_n", 2), loop("s_k", 5)]
+    assert revisits(tile, walk_out) == (("s_n", 2), ("s_k", 5))
+    assert revisits(tile, [loop("h_n", 4), loop("s_k", 5)]) == ()  # every loop walks it
+    assert revisits(tile, [loop("h_m", 3), loop("s_n", 1)]) == ()  # one step: no revisit
+    assert revisits(tile, [loop("p_m", 2, LoopKind.PARALLEL), loop("s_n", 2)]) == ()
