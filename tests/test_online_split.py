@@ -49,7 +49,9 @@ needs_make = pytest.mark.skipif(shutil.which("cc") is None or shutil.which("make
                                 reason="needs a C compiler and make")
 
 ATTENTION = Case.of("attention", "upmem", {"S": 64, "D": 16}, SMALL_UPMEM)
-SPLIT = ("online.s_m_p_l_o=1", "T.s_m_p_l_o.j=4")
+# the tasklets split the pass, the DPUs and ranks do not (their split, merged on the
+# host, is tests/test_online_hostmerge.py's)
+SPLIT = ("online.s_m_p_l_o=1", "T.s_m_p_l_o.j=4", "D.s_m_p_l_o.j=1", "R.s_m_p_l_o.j=1")
 LSE_TEXT = """size N = 4
 size M = 64
 in x : f32[N, M]
@@ -59,7 +61,7 @@ l[n] += exp((x[n, j] - m[n]) * 0.5)
 y[n] = m[n] + log(l[n]) * 2.0
 """
 LSE = Case.of("lse", "upmem", {}, SMALL_UPMEM, text=LSE_TEXT)
-LSE_SPLIT = ("online.m_l=1", "T.m_l.j=4")
+LSE_SPLIT = ("online.m_l=1", "T.m_l.j=4", "D.m_l.j=1", "R.m_l.j=1")
 
 
 def large(workload: Workload) -> dict[str, np.ndarray]:
@@ -277,14 +279,6 @@ def test_a_split_on_a_cpu_is_refused_with_its_reason() -> None:
     assert result.exit_code == 1, result.output
     assert "online.split" in result.output
     assert "the pass over j runs in one core unit" in result.output
-
-
-def test_upmem_ranks_and_dpus_do_not_split_the_pass() -> None:
-    args = ["solve", "attention", "--hw", "upmem", "--set", "S=64", "--set", "D=16",
-            "--fix", "online.s_m_p_l_o=1", "--fix", "D.s_m_p_l_o.j=2", "--no-validate"]
-    result = CliRunner().invoke(app, args)
-    assert result.exit_code == 1, result.output
-    assert "runs in one dpu unit" in result.output
 
 
 def test_emit_mlir_keeps_an_online_pass_in_one_tasklet(tmp_path: Path) -> None:

@@ -41,7 +41,8 @@ def with_combine_choices(kt: KernelTerms, domains: dict[str, tuple[int, ...]]
 
 
 def combine_cost(kt: KernelTerms, workload: Workload) -> ex.Int:
-    """Combining partial results on the host: one op per partial per output element."""
+    """Combining partial results on the host: one op per partial per output element (and
+    an online kernel's rescale of its partial running statistics, `host_merge_cost`)."""
     total: list[ex.Int] = []
     spatial = [i for i, s in enumerate(kt.slots) if s.kind is SlotKind.SPATIAL]
     for stmt in kt.kernel.statements:
@@ -55,6 +56,9 @@ def combine_cost(kt: KernelTerms, workload: Workload) -> ex.Int:
             elements *= n
         total.append(ex.select(ex.greater_than_one(partials),
                                ex.mul(per_elem, elements, partials), 0))
+    if kt.kernel.online is not None:  # its running statistics' partials rescaled too
+        from synth.constraints.online_terms import host_merge_cost  # builds on this module
+        total.append(host_merge_cost(kt, workload))
     return ex.add(*total)
 
 
@@ -64,6 +68,17 @@ def shared_memory(hw: Hardware, level_index: int) -> Memory | None:
     shared = [m for m in hw.memories[1:]
               if hw.level_index(m.instance_level) < level_index <= hw.level_index(m.level)]
     return shared[-1] if shared else None
+
+
+def host_merges(hw: Hardware, level_index: int) -> bool:
+    """Whether the units of a level below the root hand their partial results to the host
+    over its parallel pushes (a memory below the root moved by `push`, owned by units of
+    this level or of one inside it: UPMEM's MRAM, so ranks and DPUs) and share no memory
+    below the root: the host then merges them (for an online kernel's running statistics,
+    `ir.nodes.OnlineCombine` on the host, which `--emit upmem` writes)."""
+    pushed = [m for m in hw.memories[1:] if m.push is not None]
+    return (level_index > 0 and shared_memory(hw, level_index) is None
+            and any(level_index <= hw.level_index(m.level) for m in pushed))
 
 
 def device_combine_slots(kt: KernelTerms) -> dict[int, Memory]:

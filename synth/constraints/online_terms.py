@@ -63,15 +63,21 @@ def _whole_inner(kt: KernelTerms) -> list[NamedConstraint]:
 
 def split_constraints(kt: KernelTerms) -> list[NamedConstraint]:
     """Group `online.split`. The pass over j may be split across the units of a level
-    only where they merge their partial running statistics on the device (FlashDecoding's
-    combine, `ir.nodes.OnlineCombine`): a level whose units share a memory below the root
-    (UPMEM tasklets: WRAM; `combines.device_combine_slots`) with the combine there chosen
-    on the device. Both ways: a factor of j above 1 at such a level forces
-    `combine.<kernel>.<level>` = 1 (a host combine of running statistics is not
-    emitted), and with the combine on the device the factor is free. At any other level
-    (UPMEM ranks and DPUs, a CPU's cores, AIE and Tenstorrent cores: no shared memory
-    below the root, or no emitter that merges there) the factor is 1."""
-    from synth.constraints.combines import combine_decision, device_combine_slots
+    only where their partial running statistics are merged (FlashDecoding's combine,
+    `ir.nodes.OnlineCombine`): on the device, at a level whose units share a memory below
+    the root (UPMEM tasklets: WRAM; `combines.device_combine_slots`) with the combine
+    there chosen on the device; or on the host, at a level whose units hand their
+    partials to it over its pushes (UPMEM ranks and DPUs: `combines.host_merges`; priced
+    by `host_merge_cost`). At a device level both ways: a factor of j above 1 forces
+    `combine.<kernel>.<level>` = 1 (its units' partials do not go to the host one by
+    one), and with the combine on the device the factor is free. At any other level (a
+    CPU's cores, AIE and Tenstorrent cores: no shared memory below the root, no host
+    pushes) the factor is 1."""
+    from synth.constraints.combines import (
+        combine_decision,
+        device_combine_slots,
+        host_merges,
+    )
     plan = kt.kernel.online
     assert plan is not None
     name, out = kt.kernel.name, []
@@ -89,6 +95,8 @@ def split_constraints(kt: KernelTerms) -> list[NamedConstraint]:
                 ex.AnyOf((ex.Cmp(factor, "==", ex.ONE),
                           ex.Cmp(on_device, "==", ex.ONE)))))
             continue
+        if host_merges(kt.hw, kind.level_index):
+            continue  # the host merges them
         out.append(NamedConstraint(
             "online.split", unsplit_reason(kt.kernel, kind.name).removeprefix(
                 "online.split: "), ex.Cmp(factor, "==", ex.ONE)))
@@ -104,9 +112,9 @@ def whole_pass_constraints(model: Model, emit: str) -> list[NamedConstraint]:
         plan = kernel.online
         if plan is None:
             continue
-        for slot in model.combines.get(kernel.name, {}):
+        for slot, kind in enumerate(model.slots):
             factor = model.factors.of(kernel.name, plan.dim, slot)
-            if factor == ex.ONE:
+            if kind.kind is not SlotKind.SPATIAL or factor == ex.ONE:
                 continue
             level = model.slots[slot].name
             out.append(when_chosen(model.chosen.get(kernel.name, ex.ONE), NamedConstraint(
@@ -179,6 +187,26 @@ def merge_cost(kt: KernelTerms) -> ex.Int:
         total.append(ex.select(combines_on_device(kt, slot, (plan.dim,)),
                                ex.mul(once, times), 0))
     return ex.add(*total)
+
+
+def host_merge_cost(kt: KernelTerms, workload: Workload) -> ex.Int:
+    """The rescale of an online kernel's merge on the host (`ir.nodes.OnlineCombine` in
+    the kernel's epilogue) where units that hand their partials to the host (UPMEM ranks
+    and DPUs, `combines.host_merges`) split the pass: per partial per row of the running
+    maximum, a step's rescale (`rescale_ops`: the factor's subtract, multiply and exp, a
+    multiply per element of each sum) at the host's rate. The maximum and the additions
+    of the sums are `combines.combine_cost`'s (one op per partial per element); the
+    partials' way back is the `mram->host` transfers of their tiles."""
+    plan = kt.kernel.online
+    assert plan is not None
+    stmt = next(s for s in kt.kernel.statements if s.name == plan.statement)
+    spatial = [i for i, s in enumerate(kt.slots) if s.kind is SlotKind.SPATIAL]
+    partials = ex.mul(*(kt.split_units(s, (plan.dim,)) for s in spatial))
+    rows = 1
+    for n in workload.tensors[plan.target].shape:
+        rows *= n
+    op_ps = kt.hw.host.point_ps(rescale_ops(kt), stmt.dtype)
+    return ex.select(ex.greater_than_one(partials), ex.mul(op_ps, rows, partials), 0)
 
 
 def core_compute(kt: KernelTerms, point_ps: dict[str, ex.Int]) -> ex.Int:

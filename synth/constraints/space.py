@@ -349,12 +349,14 @@ def build_factors(kernels: Sequence[KernelSpec], hw: Hardware, slots: tuple[Slot
 
 def _merging_slots(slots: tuple[Slot, ...], hw: Hardware) -> frozenset[int]:
     """Spatial slots whose units share a memory below the root, under a memory tile
-    (`combines.device_combine_slots`): the only ones an online pass may split across."""
-    from synth.constraints.combines import shared_memory  # builds on this module
+    (`combines.device_combine_slots`), or hand their partials to the host over its pushes
+    (`combines.host_merges`): the only ones an online pass may split across."""
+    from synth.constraints.combines import host_merges, shared_memory  # build on this
     return frozenset(
         i for i, s in enumerate(slots) if s.kind is SlotKind.SPATIAL
-        and shared_memory(hw, s.level_index) is not None
-        and any(o.kind is SlotKind.TEMPORAL for o in slots[:i]))
+        and ((shared_memory(hw, s.level_index) is not None
+              and any(o.kind is SlotKind.TEMPORAL for o in slots[:i]))
+             or host_merges(hw, s.level_index)))
 
 
 def _online_candidates(kernel: KernelSpec, dim: str, slots: tuple[Slot, ...],
@@ -362,11 +364,11 @@ def _online_candidates(kernel: KernelSpec, dim: str, slots: tuple[Slot, ...],
                        merging: frozenset[int] = frozenset()) -> list[int]:
     """An online kernel's inner dimensions have no loops (whole in the compute tile) and
     its pass is split only across units that merge their running statistics on the
-    device (`merging`, `online_terms.split_constraints`): the other factors are 1 from
-    the start (the group `online` states the rest), which keeps its space small. On a
-    CPU (`width`: lanes of a vector register) a step's block of the pass is whole
-    vectors where it can be: the maximum, exponentials and row sums run in vectors along
-    it (`online.step_vector`)."""
+    device or hand them to the host's merge (`merging`, `online_terms.split_constraints`):
+    the other factors are 1 from the start (the group `online` states the rest), which
+    keeps its space small. On a CPU (`width`: lanes of a vector register) a step's block
+    of the pass is whole vectors where it can be: the maximum, exponentials and row sums
+    run in vectors along it (`online.step_vector`)."""
     plan = kernel.online
     if plan is None:
         return []
@@ -407,7 +409,9 @@ def unsplit_reason(kernel: KernelSpec, level: str) -> str:
                 f"it: fusion.complete)")
     return (f"online.split: kernel {kernel.name}: the pass over {kernel.online.dim} runs "
             f"in one {level} unit (running statistics are merged across units only on "
-            f"the device, where the units share a memory below the root: UPMEM tasklets)")
+            f"the device, where the units share a memory below the root: UPMEM tasklets, "
+            f"or on the host, where their partials come back over its pushes: UPMEM ranks "
+            f"and DPUs)")
 
 
 def vector_width(kernel: KernelSpec, hw: Hardware) -> int:

@@ -9,6 +9,7 @@ import contextlib
 import math
 from collections.abc import Iterable, Sequence
 
+from synth.emit import upmem_online
 from synth.emit.cstyle import (
     MUL,
     Code,
@@ -31,7 +32,17 @@ from synth.emit.upmem_plan import (
     Target,
     partial_offset,
 )
-from synth.ir.nodes import Affine, Alloc, BufferDecl, Combine, Fill, Load, Program, Store
+from synth.ir.nodes import (
+    Affine,
+    Alloc,
+    BufferDecl,
+    Combine,
+    Fill,
+    Load,
+    OnlineCombine,
+    Program,
+    Store,
+)
 from synth.workload import DType, Workload
 
 __all__ = ["HostWriter"]
@@ -208,6 +219,8 @@ class HostWriter(CStyle):
                 self.fill(code, plan, node)
             elif isinstance(node, Combine):
                 self.combine(code, plan, node)
+            elif isinstance(node, OnlineCombine):
+                upmem_online.host_merge(self, code, plan, node)
             else:
                 raise EmitError(f"kernel {plan.kernel.name}: cannot run "
                                 f"{type(node).__name__} on the host")

@@ -16,6 +16,13 @@ sums); after the barrier, tasklet 0 folds the slots into the first, pairwise: pe
 m = max(m_a, m_b), each sum s_a * exp(c (m - m_a)) + s_b * exp(c (m - m_b)) (a factor 1
 where its side holds m), then folds the tiles above (MRAM, read into the second slot) the
 same way and writes the first slot back to them.
+
+Where DPUs or ranks split the pass (`host_merge`: an `OnlineCombine` in the kernel's
+epilogue, on the host), each DPU's MRAM tiles of the statistics come back into its slot
+of the host's partial buffers, and after the launch the host merges them row by row into
+the tensors: the row's common maximum over the tensor's value and every partial, then
+each sum scaled to it (its own value by exp(c (m - m_old)), each partial's by
+exp(c (m - m_k)), 1 where a side holds m), with the host's libm `expf`.
 """
 
 from __future__ import annotations
@@ -28,6 +35,8 @@ from synth.ir.nodes import BufferDecl, OnlineCombine, Rescale, Running
 
 if TYPE_CHECKING:
     from synth.emit.upmem import DpuWriter
+    from synth.emit.upmem_host import HostWriter
+    from synth.emit.upmem_plan import KernelPlan
 
 
 def _tile(w: DpuWriter, name: str, what: str) -> BufferDecl:
@@ -189,3 +198,94 @@ def _places(w: DpuWriter, partials: str, part: str, rest: dict[str, str]) -> tup
                                for d, s in zip(decl.dims, lay.strides, strict=True)))
     tile = w.tiles[partials]
     return f"{tile}[{index}]", f"{tile}[{part} * {lay.instance} + {index}]"
+
+
+def host_merge(w: HostWriter, code: Code, plan: KernelPlan, node: OnlineCombine) -> None:
+    """The DPUs' (or ranks') partial running statistics merged on the host, row by row
+    (FlashDecoding's split-KV combine): the common maximum of the row over the tensor's
+    value and every partial, then each sum rescaled to it, its own value by
+    exp(c (m - m_old)) and each partial's by exp(c (m - m_k)) (1 where a side holds m:
+    also -inf against -inf, a unit that saw only padding)."""
+    what = f"online combine {node.partials}"
+    pairs = [(node.running, node.partials), *((s.target, s.partials) for s in node.sums)]
+    count = 0
+    for target, partials in pairs:
+        lay, whole = plan.layout(partials, w.target), plan.layout(target, w.target)
+        decl = plan.buffers[target]
+        if not decl.dtype.is_float or whole.partials or lay.shape != whole.shape \
+                or lay.row != whole.row or not lay.partials:
+            raise EmitError(f"kernel {plan.kernel.name}: {what}: expected float partial "
+                            f"results of the whole {target} on the host, got {partials}")
+        count = count or math.prod(lay.partials)
+        if math.prod(lay.partials) != count:
+            raise EmitError(f"kernel {plan.kernel.name}: {what}: expected the same number "
+                            f"of partial results of every statistic")
+    run = plan.buffers[node.partials]
+    rows = {d: w.names(f"#row:{d}", d) for d in run.dims}
+    code.comment(f"merge the {count} partial running statistics in {node.partials} and "
+                 f"beside it: each rescaled to the common maximum of {node.running} "
+                 f"(FlashDecoding's split-KV combine)")
+    exp = "expf"
+    depth = code.depth
+    for d, var in rows.items():
+        code(f"for (size_t {var} = 0; {var} < {run.shape[run.dims.index(d)]}; {var}++)")
+        code.depth += 1
+    with code.block("", "one row: the common maximum, then every sum rescaled to it"):
+        mine, theirs = _host_places(w, plan, node.running, node.partials, rows)
+        old, top, mk = (w.names(f"#host:{n}", n) for n in ("m_old", "m_top", "m_k"))
+        part = w.names("#host:part", "part")
+        code(f"const float {old} = {mine};")
+        code(f"float {top} = {old};")
+        with w.for_loop(code, part, count):
+            code(f"if ({theirs} > {top}) {top} = {theirs};")
+        factors: dict[float, str] = {}
+        for merged in node.sums:  # the tensor's own share first
+            if merged.coeff not in factors:
+                factors[merged.coeff] = w.names(f"#host:f:{merged.coeff}", "f_own")
+                coeff = w.literal(float(merged.coeff)).code
+                code(f"const float {factors[merged.coeff]} = {old} == {top} ? 1.0f : "
+                     f"{exp}({coeff} * ({top} - {old}));")
+            _host_sum(w, plan, code, merged.target, merged.partials, rows, "", factors[
+                merged.coeff])
+        with w.for_loop(code, part, count):
+            code(f"const float {mk} = {theirs};")
+            shares: dict[float, str] = {}
+            for merged in node.sums:
+                if merged.coeff not in shares:
+                    shares[merged.coeff] = w.names(f"#host:fk:{merged.coeff}", "f_k")
+                    coeff = w.literal(float(merged.coeff)).code
+                    code(f"const float {shares[merged.coeff]} = {mk} == {top} ? 1.0f : "
+                         f"{exp}({coeff} * ({top} - {mk}));")
+                _host_sum(w, plan, code, merged.target, merged.partials, rows, part,
+                          shares[merged.coeff])
+        code(f"{mine} = {top};")
+    code.depth = depth
+
+
+def _host_sum(w: HostWriter, plan: KernelPlan, code: Code, target: str, partials: str,
+              rows: dict[str, str], part: str, factor: str) -> None:
+    """One row of a merged sum: scaled by `factor` (`part` empty), or the partial `part`
+    times `factor` added."""
+    decl = plan.buffers[partials]
+    rest = {d: w.names(f"#col:{d}", d) for d in decl.dims if d not in rows}
+    depth = code.depth
+    for d, var in rest.items():
+        code(f"for (size_t {var} = 0; {var} < {decl.shape[decl.dims.index(d)]}; {var}++)")
+        code.depth += 1
+    mine, theirs = _host_places(w, plan, target, partials, {**rows, **rest}, part or "0")
+    code(f"{mine} *= {factor};" if not part else f"{mine} += {theirs} * {factor};")
+    code.depth = depth
+
+
+def _host_places(w: HostWriter, plan: KernelPlan, target: str, partials: str,
+                 at: dict[str, str], part: str | None = None) -> tuple[str, str]:
+    """The element at the current indices `at` of the tensor `target` and of partial
+    `part` of its partials on the host (both laid out alike, partials outermost)."""
+    decl = plan.buffers[partials]
+    lay = plan.layout(partials, w.target)
+    index = affine_sum(scale(term(at[d]), s) for d, s in zip(decl.dims, lay.strides,
+                                                             strict=True))
+    part = part if part is not None else w.names("#host:part", "part")
+    dest, source = w.buffer(plan, target), w.buffer(plan, partials)
+    return (f"{dest}[{w.affine(index).code}]",
+            f"{source}[{part} * {lay.instance} + {w.affine(index).code}]")

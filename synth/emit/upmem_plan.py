@@ -25,6 +25,7 @@ from synth.ir.nodes import (
     LoopKind,
     LoopVar,
     Node,
+    OnlineCombine,
     Program,
     Store,
     walk,
@@ -245,6 +246,8 @@ class _Splitter:
             return self.memory(node.buffer) == "host"
         if isinstance(node, Combine):  # of partial results: on the host, or across tasklets
             return self.memory(node.target) == "host"
+        if isinstance(node, OnlineCombine):  # the same, of running statistics
+            return self.memory(node.running) == "host"
         return False
 
     def host_body(self, nodes: tuple[Node, ...], around: tuple[LoopVar, ...]

@@ -307,9 +307,21 @@ class KernelBuilder:
         return tuple(nodes)
 
     def _epilogue(self) -> tuple[Node, ...]:
-        return tuple(Combine(s.target, f"{s.target}_partials", s.op)
-                     for s in self.spec.statements
-                     if self._root_partial_loops(TensorUse(s.target, s.indices, True, True)))
+        """The host's combines of the partial results of split reductions; an online
+        kernel's running statistics split across units that hand them to the host (ranks,
+        DPUs: `combines.host_merges`) merged by one `OnlineCombine` instead."""
+        split = [s for s in self.spec.statements
+                 if self._root_partial_loops(TensorUse(s.target, s.indices, True, True))]
+        plan = self.spec.online
+        merged: tuple[str, ...] = ()
+        nodes: list[Node] = []
+        if plan is not None and any(s.target == plan.target for s in split):
+            from synth.ir.online import online_merge  # builds on this module
+            merge, merged = online_merge(plan, {s.target: (s.target, f"{s.target}_partials")
+                                                for s in split})
+            nodes.append(merge)
+        return tuple(nodes) + tuple(Combine(s.target, f"{s.target}_partials", s.op)
+                                    for s in split if s.target not in merged)
 
 
 def _parent_memory_slot(slots: tuple[Slot, ...], slot: int) -> int:

@@ -82,7 +82,9 @@ def online_merge(plan: OnlinePlan, combines: Mapping[str, tuple[str, str]]
 def check_merge(node: OnlineCombine, decls: Mapping[str, BufferDecl]) -> None:
     """What a merge of partial running statistics needs of the buffers in scope: each
     partial buffer holds the tile it merges into once per unit (the same partial axes for
-    the maximum and every sum), and every sum holds the rows of the maximum."""
+    the maximum and every sum), and every sum holds the rows of the maximum. A tensor
+    merged into whole on the host (its global, whose dims are its axes' positions)
+    is read along its partials' dims."""
     what = f"online combine {node.partials}"
     pairs = [(node.running, node.partials), *((s.target, s.partials) for s in node.sums)]
     for name in (n for pair in pairs for n in pair):
@@ -91,20 +93,31 @@ def check_merge(node: OnlineCombine, decls: Mapping[str, BufferDecl]) -> None:
     loops = decls[node.partials].partial_loops
     if not loops:
         raise IRError(f"{what}: expected partial results (partial loops), got none")
+    running_dims = merge_dims(decls[node.running], decls[node.partials])
     running = decls[node.running]
     for target, partials in pairs:
         tile, part = decls[target], decls[partials]
+        dims = merge_dims(tile, part)
         if part.partial_loops != loops:
             raise IRError(f"{what}: expected {partials} partial over ({', '.join(loops)}), "
                           f"got ({', '.join(part.partial_loops)})")
-        if (part.shape, part.dims) != (tile.shape, tile.dims):
-            raise IRError(f"{what}: expected {partials} shaped as {target} {tile.shape}, "
-                          f"got {part.shape}")
-        for dim, extent in zip(running.dims, running.shape, strict=True):
-            if dim not in tile.dims or tile.shape[tile.dims.index(dim)] != extent:
+        if (part.shape, part.dims) != (tile.shape, dims):
+            raise IRError(f"{what}: expected {partials} shaped as {target} {tile.shape} "
+                          f"({', '.join(dims)}), got {part.shape} ({', '.join(part.dims)})")
+        for dim, extent in zip(running_dims, running.shape, strict=True):
+            if dim not in dims or tile.shape[dims.index(dim)] != extent:
                 raise IRError(f"{what}: expected {target} to hold the rows of "
-                              f"{node.running} ({dim}: {extent}), got {tile.dims} "
+                              f"{node.running} ({dim}: {extent}), got {dims} "
                               f"{tile.shape}")
+
+
+def merge_dims(tile: BufferDecl, partials: BufferDecl) -> tuple[str, ...]:
+    """The dims of `tile`, or of its partials where it is a whole tensor's global (dims
+    named by position: `m.0`)."""
+    positional = tuple(f"{tile.tensor}.{k}" for k in range(len(tile.shape)))
+    if tile.dims == positional and len(partials.dims) == len(positional):
+        return partials.dims
+    return tile.dims
 
 
 def describe_merge(node: OnlineCombine) -> str:

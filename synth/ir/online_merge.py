@@ -11,11 +11,14 @@ scores are.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from synth.errors import IRError
 from synth.ir.interpret import Machine, handles
 from synth.ir.nodes import BufferDecl, OnlineCombine
+from synth.ir.online import merge_dims
 
 Array = np.ndarray
 
@@ -39,12 +42,15 @@ def run_online_combine(m: Machine, node: OnlineCombine) -> None:
                 raise IRError(f"online combine {node.partials}: expected {merged.target} "
                               f"on the units of {node.running}, got {target.instance_loops} "
                               f"and {running.instance_loops}")
-            mine = along(factor(old, new, merged.coeff), running.decl,
-                         len(running.instance_loops), target.decl)
+            rows = dataclasses.replace(running.decl, dims=merge_dims(running.decl, parts.decl))
+            into = dataclasses.replace(target.decl, dims=merge_dims(target.decl,
+                                                                    partials.decl))
+            mine = along(factor(old, new, merged.coeff), rows, len(running.instance_loops),
+                         into)
             theirs = along(factor(each, np.expand_dims(new, axes), merged.coeff), parts.decl,
                            lead + len(axes), partials.decl)
             summed = np.sum(partials.values * theirs, axis=axes)
-            order = [partials.decl.dims.index(d) for d in target.decl.dims]
+            order = [partials.decl.dims.index(d) for d in into.dims]
             summed = np.transpose(summed, [*range(lead), *(lead + k for k in order)])
             value = target.values * mine + summed
             target.values = np.where(target.init, value.astype(target.values.dtype),
