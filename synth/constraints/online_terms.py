@@ -3,8 +3,9 @@
 A kernel that runs online (`KernelSpec.online`) has its own constraint group `online`:
 the inner dimensions of its pass are whole in every compute tile (at each step the
 running maximum of a row sees the whole row of scores); and `online.split`: the pass is
-split across units only where they merge their partial running statistics on the device
-(UPMEM tasklets, `split_constraints`; the merge's price `merge_cost`). Its price: each
+split across units only where their partial running statistics are merged, on the device
+(UPMEM tasklets, `split_constraints`; the merge's price `merge_cost`) or on the host
+(UPMEM DPUs and ranks; `host_merge_cost`). Its price: each
 statement of the pass runs over its own points only (not over the kernel's full product
 of dimensions), and at each step over the pass dimension every row pays the rescale:
 the previous maximum kept, one subtract, multiply and exp for the factor, and one
