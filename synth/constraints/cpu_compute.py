@@ -7,6 +7,7 @@ own loads and stores that adds to compute (`exposed_cost`). Builds on
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
 from collections.abc import Sequence
 
 from synth.constraints import expr as ex
@@ -67,15 +68,21 @@ def fold_cost(kt: KernelTerms, stmt: Statement, vector: str, lanes: int) -> ex.I
     """Folding the vector accumulators of `stmt`, a reduction along the vector dimension,
     into its target (`KernelWriter.fold`): each time the target's register tile leaves
     the registers, per element of it, its vector accumulators (one per vector of the
-    tile along the vector dimension) combine into one, whose lanes then combine one
-    scalar operation each."""
+    tile along the vector dimension) combine into one, whose lanes then fold pairwise
+    (`vsum_f32` and its kin in synth_vec.h: halves, then quarters, ...), log2(lanes)
+    steps of a shuffle (a `mov`) and the operation each; the result joins the target
+    with one more operation. (The lanes folded one after another in lane order cost a
+    chain of `lanes` operations and ran 1.8x this term's old price of that chain:
+    RESULTS.md, "Folds, packed panels".)"""
     innermost = len(kt.slots) - 1
     use = kt.kernel.use(stmt.target)
     elements = ex.mul(transfer_count(kt, use, innermost),
                       *(kt.tile(d, innermost) for d in use.indices))
     op = roofline.point_ps(dataclasses.replace(stmt, expr=Num(0)), kt.hw.compute, 1)
+    shuffle = kt.hw.compute.point_ps(Counter({"mov": 1}), stmt.dtype, 1)
+    steps = max(lanes - 1, 0).bit_length()  # ceil(log2(lanes))
     vectors = ex.ceil_div(kt.tile(vector, innermost), lanes)  # exact where it is vectorised
-    return ex.add(ex.mul(op * lanes, elements), ex.mul(op, elements, vectors))
+    return ex.add(ex.mul(steps * (op + shuffle), elements), ex.mul(op, elements, vectors))
 
 
 def chain_cost(kt: KernelTerms, stmt: Statement, vector: str | None, lanes: int) -> ex.Int:

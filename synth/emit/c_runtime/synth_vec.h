@@ -145,14 +145,39 @@ static inline vf32 vtanh_f32(vf32 x) {
     return vselect_f32(a < 0.625f, near, far);
 }
 
-/* horizontal folds of a vector of partial results (in lane order) */
-static inline float vsum_f32(vf32 v) { float s = 0.0f; for (int l = 0; l < SYNTH_W; l++) s += v[l]; return s; }
-static inline float vprod_f32(vf32 v) { float s = 1.0f; for (int l = 0; l < SYNTH_W; l++) s *= v[l]; return s; }
-static inline float vhmax_f32(vf32 v) { float s = v[0]; for (int l = 1; l < SYNTH_W; l++) s = v[l] > s ? v[l] : s; return s; }
-static inline float vhmin_f32(vf32 v) { float s = v[0]; for (int l = 1; l < SYNTH_W; l++) s = v[l] < s ? v[l] : s; return s; }
-static inline int32_t vsum_i32(vi32 v) { int32_t s = 0; for (int l = 0; l < SYNTH_W; l++) s += v[l]; return s; }
-static inline int32_t vprod_i32(vi32 v) { int32_t s = 1; for (int l = 0; l < SYNTH_W; l++) s *= v[l]; return s; }
-static inline int32_t vhmax_i32(vi32 v) { int32_t s = v[0]; for (int l = 1; l < SYNTH_W; l++) s = v[l] > s ? v[l] : s; return s; }
-static inline int32_t vhmin_i32(vi32 v) { int32_t s = v[0]; for (int l = 1; l < SYNTH_W; l++) s = v[l] < s ? v[l] : s; return s; }
+/* horizontal folds of a vector of partial results, pairwise (halves, then quarters, ...):
+ * log2(lanes) dependent steps of a few instructions, the ISA's reduce sequences where
+ * there are; folding the lanes one after another in lane order made a 16-lane fold a
+ * chain of 16 extracts and adds (softmax's e_s with a fold per 16 elements ran 1.8x
+ * its model: 0.97 against 0.53 ms, pairwise 0.53 ms) */
+#define SYNTH_PAIRWISE(T, V, OP) \
+    T a_[SYNTH_W]; \
+    for (int l = 0; l < SYNTH_W; l++) a_[l] = (V)[l]; \
+    for (int w = SYNTH_W / 2; w > 0; w /= 2) \
+        for (int l = 0; l < w; l++) a_[l] = OP(a_[l], a_[l + w]); \
+    return a_[0];
+#define SYNTH_ADD(a, b) ((a) + (b))
+#define SYNTH_MUL(a, b) ((a) * (b))
+#define SYNTH_MAX(a, b) ((b) > (a) ? (b) : (a))
+#define SYNTH_MIN(a, b) ((b) < (a) ? (b) : (a))
+#if SYNTH_VB == 64 && defined(__AVX512F__)
+static inline float vsum_f32(vf32 v) { return _mm512_reduce_add_ps((__m512)v); }
+static inline float vprod_f32(vf32 v) { return _mm512_reduce_mul_ps((__m512)v); }
+static inline float vhmax_f32(vf32 v) { return _mm512_reduce_max_ps((__m512)v); }
+static inline float vhmin_f32(vf32 v) { return _mm512_reduce_min_ps((__m512)v); }
+static inline int32_t vsum_i32(vi32 v) { return _mm512_reduce_add_epi32((__m512i)v); }
+static inline int32_t vprod_i32(vi32 v) { return _mm512_reduce_mul_epi32((__m512i)v); }
+static inline int32_t vhmax_i32(vi32 v) { return _mm512_reduce_max_epi32((__m512i)v); }
+static inline int32_t vhmin_i32(vi32 v) { return _mm512_reduce_min_epi32((__m512i)v); }
+#else
+static inline float vsum_f32(vf32 v) { SYNTH_PAIRWISE(float, v, SYNTH_ADD) }
+static inline float vprod_f32(vf32 v) { SYNTH_PAIRWISE(float, v, SYNTH_MUL) }
+static inline float vhmax_f32(vf32 v) { SYNTH_PAIRWISE(float, v, SYNTH_MAX) }
+static inline float vhmin_f32(vf32 v) { SYNTH_PAIRWISE(float, v, SYNTH_MIN) }
+static inline int32_t vsum_i32(vi32 v) { SYNTH_PAIRWISE(int32_t, v, SYNTH_ADD) }
+static inline int32_t vprod_i32(vi32 v) { SYNTH_PAIRWISE(int32_t, v, SYNTH_MUL) }
+static inline int32_t vhmax_i32(vi32 v) { SYNTH_PAIRWISE(int32_t, v, SYNTH_MAX) }
+static inline int32_t vhmin_i32(vi32 v) { SYNTH_PAIRWISE(int32_t, v, SYNTH_MIN) }
+#endif
 
 #endif /* SYNTH_VEC_H */
