@@ -68,3 +68,45 @@ def test_rows_that_stay_are_not_charged() -> None:
     without the associativity modelled."""
     column = ("V.sm.s=16", "V.sm.d=1", "Q.sm.d=8")
     assert objective(("l1.ways=64",), column) == objective(("l1.ways=0",), column)
+
+
+CENTRED = """
+size S = 64
+size D = 1024
+in  x : f32[S, D]
+in  mu : f32[S]
+out xc : f32[S, D]
+out vs : f32[S]
+xc[s, d] = x[s, d] - mu[s]
+vs[s] += xc[s, d] * xc[s, d]
+"""
+
+
+def kernel_transfer(text: str, tensor: str, fixes: tuple[str, ...]) -> int:
+    """The L2 -> L1 moves of `tensor` at the optimum under `fixes` (one kernel)."""
+    from synth.constraints import combines, cost, intrinsic
+
+    workload = parse_workload(text, "<test>", "w")
+    model = encode(workload, load_hardware("cpu"), fixes=fixes)
+    result = solve(model.constraints)
+    assert result.status is Status.OPTIMAL and result.env is not None, result.status
+    env = dict(result.env)
+    domains = dict(model.factors.domains)
+    [kernel] = model.selected(env)
+    kt = intrinsic.with_pack_choice(cost.with_buffer_choices(combines.with_combine_choices(
+        cost.KernelTerms(kernel, model.factors, model.hw), domains), domains), domains)
+    [(slot, l1)] = [(i, m) for i, m in cost._memory_slots(kt) if m.name == "l1"]
+    [use] = [u for u in kt.moving() if u.tensor == tensor]
+    return ex.evaluate(cost._moves(kt, workload, use, l1, slot), env)
+
+
+def test_a_tile_written_lane_by_lane_into_aliasing_rows_moves_its_lines_both_ways() -> None:
+    """xc[s, d] written by a kernel vectorised along s (its last statement's target is
+    vs[s]): each lane's store lands in its own row, 4 KiB from the next, and its line
+    comes in and goes back at the L2's fill rate (rownorm's such kernels ran 5-10x their
+    old model). x, read the same way, keeps the L1's streamed rate: its moves cost less
+    than xc's, where the two were alike."""
+    fixes = ("fuse.xc_vs=1", "V.xc_vs.s=16", "V.xc_vs.d=1", "Q.xc_vs.d=8", "P=1")
+    read = kernel_transfer(CENTRED, "x", fixes)
+    written = kernel_transfer(CENTRED, "xc", fixes)
+    assert written > 2 * read > 0

@@ -221,7 +221,7 @@ def aliased_moves(kt: KernelTerms, workload: Workload, use: TensorUse, mem: Memo
     held = aliased_rows(mem, shape[-1] * itemsize)
     if held is None:
         return normal
-    fresh = tensor_transfer_cost(kt, use, mem, inner, itemsize)
+    fresh = tensor_transfer_cost(kt, use, scattered(kt, use, mem), inner, itemsize)
     width = max(roofline.lanes(s, vector, workload, kt.hw.compute) for s in kt.kernel.statements)
     if held >= width:  # priced only where no tile of whole vectors fits (a select on the
         return normal  # rows made CP-SAT time out on layernorm at D=256: RESULTS.md)
@@ -230,6 +230,22 @@ def aliased_moves(kt: KernelTerms, workload: Workload, use: TensorUse, mem: Memo
     if isinstance(aliased, bool):
         return fresh if aliased else normal
     return ex.select(aliased, fresh, normal)
+
+
+def scattered(kt: KernelTerms, use: TensorUse, mem: Memory) -> Memory:
+    """`mem` as it takes a tile written lane by lane into rows that alias (a tensor the
+    kernel writes, gathered along its rows: rownorm's xc[s, d] in a kernel vectorised
+    along s): every element's store brings its row's line in from the parent (a write
+    allocates it) and sends it back evicted, so the lines move both ways at the parent's
+    own fill rate, not streamed from it. (Measured on rownorm, 512 x 1024 f32: the
+    kernels writing xc so ran 1.4-3.6 ms alone against 0.29-0.34 modelled as lines
+    streamed from the L2; the same kernels reading it so ran near their model:
+    RESULTS.md, "Folds, packed panels and scattered stores".) A tile read is unchanged."""
+    if not use.written or use.read:
+        return mem
+    parent = kt.hw.memories[kt.hw.memories.index(mem) - 1]
+    both = 2 * max(parent.ps_per_byte, mem.ps_per_byte)
+    return dataclasses.replace(mem, ps_per_byte=both, store_ps_per_byte=0)
 
 
 def aliased_rows(mem: Memory, stride: int) -> int | None:
