@@ -769,7 +769,8 @@ def implied_compute_bounds(kt: KernelTerms) -> list[NamedConstraint]:
     (the product form pairs the most units with the least stretch)."""
     out: list[NamedConstraint] = []
     if kt.kernel.online is not None:  # its points are per statement (`core_compute`)
-        return out
+        from synth.constraints.online_terms import implied_bounds  # builds on this module
+        return implied_bounds(kt, _shared_pipelines(kt), compute_cost(kt))
     for i in _shared_pipelines(kt):
         all_units = ex.mul(*(kt.dim_product(d, [*kt.temporal(), i]) for d in kt.kernel.dims))
         out.append(NamedConstraint(

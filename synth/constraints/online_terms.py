@@ -228,6 +228,35 @@ def core_compute(kt: KernelTerms, point_ps: dict[str, ex.Int]) -> ex.Int:
                     for outer, costs in groups.items()), rescale_cost(kt))
 
 
+def implied_bounds(kt: KernelTerms, pipelines: list[int], compute: ex.Int
+                   ) -> list[NamedConstraint]:
+    """Redundant (`cost.implied_compute_bounds` for an online kernel): where units share
+    a pipeline (UPMEM tasklets), compute takes at least each pass statement's points over
+    all of them, at its cheapest cost per point (packed or not): `core_compute` stretched
+    by at least their number. Stated per dimension as one product of factors (the points
+    one DPU holds), so the solver sees how splitting the pass or the rows across DPUs and
+    ranks bounds it."""
+    from synth.constraints.intrinsic import packable, statement_point_ps
+    plan = kt.kernel.online
+    assert plan is not None
+    plain = statement_point_ps(kt, False)
+    packed = statement_point_ps(kt, True) if packable(kt) else plain
+    out = []
+    for i in pipelines:
+        inside = [*kt.temporal(), i]
+        groups: dict[tuple[str, ...], int] = {}
+        for stmt in kt.kernel.core:
+            least = min(ex.evaluate(plain[stmt.name], {}), ex.evaluate(packed[stmt.name], {}))
+            groups[stmt.dims] = groups.get(stmt.dims, 0) + least
+        bound = ex.add(*(ex.mul(ps, *(kt.dim_product(d, inside) for d in dims))
+                         for dims, ps in groups.items()))
+        out.append(NamedConstraint(
+            "implied", f"kernel {kt.kernel.name}: compute takes the points of its pass "
+            f"statements over all {kt.slots[i].name} units sharing a pipeline",
+            ex.Cmp(compute, ">=", bound)))
+    return out
+
+
 def footprint(kt: KernelTerms, itemsize: int) -> ex.Int:
     """Bytes of the previous maximum kept beside the running one in the innermost
     memory (the rows of one compute tile). On a tiled core, none here: the step's
