@@ -3,7 +3,10 @@
 Every term becomes at most one auxiliary variable (shared when the same term appears
 twice), with bounds from interval arithmetic. Products become multiplication
 equalities, ceilings division equalities, and each reified condition is written in both
-directions so the boolean means exactly the condition.
+directions so the boolean means exactly the condition. A part not proved quickly is
+lowered again with its monomials in power-of-two decisions over exponents (`monomial`:
+a linear exponent sum and one element constraint per monomial) and tables for the
+dimensions that are not (`tables`).
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from ortools.sat.python import cp_model
 
 from synth import processes
 from synth.constraints import expr as ex
-from synth.constraints import tables
+from synth.constraints import monomial, tables
 from synth.constraints.decompose import PartCache, solve_by_covers, solve_by_parts
 from synth.constraints.partition import Submit
 from synth.constraints.result import SolveResult, Status
@@ -43,9 +46,11 @@ Linear = cp_model.LinearExprT
 class Lowering:
     """One CP-SAT model for one ConstraintSet."""
 
-    def __init__(self, cset: ConstraintSet, bounds_memo: ex.BoundsMemo | None = None) -> None:
+    def __init__(self, cset: ConstraintSet, bounds_memo: ex.BoundsMemo | None = None,
+                 monomials: bool = True) -> None:
         """`bounds_memo` may be shared by lowerings whose variables have the same domains
-        (the parts of one problem's fusion covers)."""
+        (the parts of one problem's fusion covers). With `monomials`, terms that are
+        monomials in power-of-two decisions are lowered over exponents (`monomial`)."""
         self.cset = cset
         self.model = cp_model.CpModel()
         self.vars: dict[str, cp_model.IntVar] = {}
@@ -58,6 +63,14 @@ class Lowering:
         # only mentions variables declared before it
         self._bounds_memo: ex.BoundsMemo = {} if bounds_memo is None else bounds_memo
         self._declare_decisions()
+        # terms that are monomials in power-of-two decisions, over exponents (`monomial`)
+        self._exponents: dict[str, cp_model.IntVar] = {}
+        if monomials:
+            self._declare_exponents()
+        fixed = {n: v[0] for n, v in cset.decisions.items() if len(v) == 1}
+        self.monomials = monomial.Analysis(set(self._exponents), fixed)
+        self._quotients = 0  # of `monomials.quotients`, those whose divisibility is required
+        self._by_monomial: dict[tuple[monomial.Monomial, int], cp_model.IntVar] = {}
         self._declare_definitions()
 
     # -- variables --------------------------------------------------------------
@@ -67,6 +80,19 @@ class Lowering:
             domain = cp_model.Domain.from_values(list(values))
             self.vars[name] = self.model.new_int_var_from_domain(domain, name)
             self.bounds[name] = (values[0], values[-1])
+
+    def _declare_exponents(self) -> None:
+        """e = log2 v for each decision v whose every value is a power of two (one
+        element constraint each: exact both ways)."""
+        for name, values in self.cset.decisions.items():
+            logs = [monomial.log2(v) for v in values]
+            if len(values) < 2 or any(k is None for k in logs):
+                continue
+            exponent = self.model.new_int_var_from_domain(
+                cp_model.Domain.from_values(logs), f"log2({name})")
+            powers = [2**k if k in logs else 0 for k in range(max(logs) + 1)]  # type: ignore[type-var, operator]
+            self.model.add_element(exponent, powers, self.vars[name])
+            self._exponents[name] = exponent
 
     def _declare_definitions(self) -> None:
         for name, term in self.cset.definitions.items():
@@ -122,10 +148,68 @@ class Lowering:
             return self.vars[term.name]
         key = (term, cap)
         if key not in self._aux:
+            found = self.monomials.monomial(term)
+            self._require_divisible()
+            if found is not None and found.exponents:
+                self._aux[key] = self._monomial_var(term, found, cap)
+                return self._aux[key]
             aux = self._new_aux(term, cap)
             self._constrain(aux, term)
             self._aux[key] = aux
         return self._aux[key]
+
+    def _exponent_sum(self, found: monomial.Monomial) -> tuple[Linear, int, int]:
+        """The linear exponent s of `found` (its value is coef * 2^s) and s's bounds."""
+        lo = hi = 0
+        for name, k in found.exponents:
+            domain = list(self._exponents[name].proto.domain)
+            lo += min(k * domain[0], k * domain[-1])
+            hi += max(k * domain[0], k * domain[-1])
+        total = cp_model.LinearExpr.weighted_sum(
+            [self._exponents[name] for name, _ in found.exponents],
+            [k for _, k in found.exponents])
+        return total, lo, hi
+
+    def _monomial_var(self, term: ex.Int, found: monomial.Monomial, cap: int) -> cp_model.IntVar:
+        """A variable equal to `term`, a monomial: its exponent sum is linear in the
+        decisions' exponents, its value one element of the table of coef * 2^s (the
+        values that are whole and within the cap)."""
+        key = (found, cap)
+        if key in self._by_monomial:
+            return self._by_monomial[key]
+        total, lo, hi = self._exponent_sum(found)
+        values = [found.value(s) for s in range(lo, hi + 1)]
+        whole = [i for i, v in enumerate(values) if v.denominator == 1]
+        allowed = [i for i in whole if values[i] <= cap]
+        if not whole:  # never whole: the divisibility fails, no schedule
+            self.model.add_bool_or([])
+            return self.model.new_constant(0)
+        if not allowed:
+            raise too_large(term, int(values[whole[0]]), cap)
+        index = self.model.new_int_var_from_domain(cp_model.Domain.from_values(allowed), "")
+        self.model.add(index == total - lo)
+        table = [int(v) if i in allowed else 0 for i, v in enumerate(values)]
+        var = self.model.new_int_var(min(table[i] for i in allowed),
+                                     max(table[i] for i in allowed), "")
+        self.model.add_element(index, table, var)
+        self._by_monomial[key] = var
+        return var
+
+    def _require_divisible(self) -> None:
+        """Each exact quotient met so far divides: its exponent sum at least the least
+        one at which coef * 2^s is whole (the divisibility the multiplication equality
+        of a lowered `ExactDiv` would state, kept where the quotient cancels out of a
+        larger monomial)."""
+        quotients = self.monomials.quotients
+        while self._quotients < len(quotients):
+            found = quotients[self._quotients]
+            self._quotients += 1
+            total, lo, hi = self._exponent_sum(found)
+            whole = [s for s in range(lo, hi + 1) if found.value(s).denominator == 1]
+            if not whole:
+                self.model.add_bool_or([])  # never whole: no schedule
+            elif whole[0] > lo:
+                self.model.add(total >= whole[0])
 
     def _constrain(self, aux: cp_model.IntVar, term: ex.Int) -> None:
         model = self.model
@@ -178,13 +262,16 @@ class Lowering:
     # -- redundant tables -------------------------------------------------------
 
     def add_dimension_tables(self) -> None:
-        """For each dimension, one table of its valid factor assignments with a column
-        for every auxiliary term and condition over it alone (see `tables`). Call it
-        after every constraint and the objective are lowered: the columns are the terms
-        they created."""
+        """For each dimension with a factor that is not lowered over exponents (one of
+        its values is not a power of two: a padded or prime extent, 60 DPUs), one table
+        of its valid factor assignments with a column for every auxiliary term and
+        condition over it alone (see `tables`). Call it after every constraint and the
+        objective are lowered: the columns are the terms they created."""
         memo: dict[int, tuple[object, frozenset[str]]] = {}
         for names in tables.dimension_variables(self.cset):
             inside = set(names)
+            if inside <= self._exponents.keys():
+                continue  # its products are linear over exponents (`monomial`)
 
             def over_dimension(node: ex.Int | ex.Cond) -> bool:
                 found = ex.variable_set(node, memo)
@@ -409,14 +496,8 @@ def _solve_part(cset: ConstraintSet, time_limit_s: float, effort: Effort,
             return SolveResult("cpsat", Status.INFEASIBLE, 0.0)
         return SolveResult("cpsat", Status.OPTIMAL, 0.0, env, value, value)
     start = time.perf_counter()
-    lowering = Lowering(cset, bounds_memo)
-    for constraint in cset.constraints:
-        lowering.require(constraint.cond)
-    objective = lowering.linear(cset.objective)
-    if cutoff is not None:  # another fusion cover already does better than this
-        lowering.model.add(objective <= cutoff)
-    lowering.model.minimize(objective)
-    # cheap first: most parts are proved within a fraction of a second as they are
+    # cheap first: most parts are proved within a fraction of a second as products
+    lowering = _lowered(cset, cutoff, bounds_memo, monomials=False)
     first_work = FIRST_WORK_S if effort.work_limit_s is None else min(
         FIRST_WORK_S, effort.work_limit_s)
     solver = _configured(time_limit_s, effort.workers, first_work)
@@ -424,8 +505,8 @@ def _solve_part(cset: ConstraintSet, time_limit_s: float, effort: Effort,
     first = result_of(solver, code, lowering, time.perf_counter() - start)
     if first.status in (Status.OPTIMAL, Status.INFEASIBLE):
         return first
-    # a hard part: again with each dimension's table (see `tables`), from the best
-    # schedule found so far
+    # a hard part: again over exponents (see `monomial`), from the best schedule so far
+    lowering = _lowered(cset, cutoff, bounds_memo, monomials=True)
     if first.env is not None:
         for name in cset.decisions:
             lowering.model.add_hint(lowering.vars[name], first.env[name])
@@ -442,14 +523,29 @@ def _solve_part(cset: ConstraintSet, time_limit_s: float, effort: Effort,
     return dataclasses.replace(second, stats=stats)
 
 
+def _lowered(cset: ConstraintSet, cutoff: int | None, bounds_memo: ex.BoundsMemo | None,
+             monomials: bool) -> Lowering:
+    """`cset` as a CP-SAT model minimising its objective (at most `cutoff`)."""
+    lowering = Lowering(cset, bounds_memo, monomials)
+    for constraint in cset.constraints:
+        lowering.require(constraint.cond)
+    objective = lowering.linear(cset.objective)
+    if cutoff is not None:  # another fusion cover already does better than this
+        lowering.model.add(objective <= cutoff)
+    lowering.model.minimize(objective)
+    return lowering
+
+
 def _count(result: SolveResult, key: str) -> int:
     value = result.stats.get(key, 0)
     return value if isinstance(value, int) else 0
 
 
-# Deterministic seconds CP-SAT gets on a part before the dimension tables are added:
-# they make hard parts easy (a 3-D reduction on upmem: over 30 s without, 0.02 s with;
-# attention/upmem 9.6 -> 3.0 s CPU), but they cost more than most parts take without.
+# Deterministic seconds CP-SAT gets on a part as products before it is lowered again
+# over exponents (`monomial`) with tables for the dimensions that are not (`tables`):
+# most parts are proved within it, and on those the second lowering costs more than it
+# saves (transformer/cpu: 0.1-0.5 s with products, 0.35-1.2 s over exponents), while a
+# GEMM on upmem takes 2.6 deterministic s with products and 0.3 over exponents.
 FIRST_WORK_S = 0.5
 
 

@@ -10,6 +10,10 @@ auxiliary term over that dimension alone (its partial products, quotients, ceili
 conditions), gives each of those terms exactly its possible values and makes them
 consistent with each other: the same proof takes a few hundred branches.
 
+`cpsat.Lowering` adds it, in a part's second lowering, for the dimensions whose factors
+are not all powers of two; the others' products are linear over exponents there
+(`monomial`), which propagates better than a table.
+
 The table is redundant: every row satisfies the constraints over the dimension alone and
 every column equals its term, so the model's solutions are unchanged. Rows and columns
 are computed with NumPy over all candidate assignments at once.
