@@ -13,23 +13,21 @@ import dataclasses
 import shutil
 from pathlib import Path
 
-import numpy as np
 import pytest
 from conftest import SMALL_UPMEM, Case, build, forced, solve
-from test_online_split import DECODE_TEXT, large, plain_combines
+from test_online_split import (
+    DECODE_TEXT,
+    every_check_fails,
+    every_check_passes,
+    plain_combines,
+)
 from typer.testing import CliRunner
 
 from synth.cli import app
 from synth.constraints.cost import evaluate_cost
 from synth.constraints.result import Status
 from synth.constraints.user import user_constraints
-from synth.emit.upmem import check_upmem, emit_upmem
-from synth.errors import IRError
-from synth.ir.interpret import interpret
 from synth.ir.nodes import Combine, Loop, OnlineCombine, Program, walk
-from synth.ir.prove import prove
-from synth.ir.verify import verify
-from synth.reference import evaluate_errors
 
 needs_make = pytest.mark.skipif(shutil.which("cc") is None or shutil.which("make") is None,
                                 reason="needs a C compiler and make")
@@ -67,16 +65,7 @@ def test_a_pass_split_across_dpus_validates_everywhere(
         loops = _loops(program, where)
         assert len(loops) == 1 and loops[0].var.extent == count, where
     assert not any(isinstance(n, Combine) for k in program.kernels for n in walk(k.body))
-    verify(program, built.workload, built.hw)
-    assert prove(program, built.workload, built.hw).proved
-    inputs = large(built.workload)
-    expected, bounds = evaluate_errors(built.workload, inputs)
-    got = interpret(program, built.workload, inputs)
-    for name, value in got.items():
-        np.testing.assert_allclose(value, expected[name], rtol=2e-4, atol=2e-5)
-    emit_upmem(program, built.workload, built.hw, tmp_path, inputs, expected, bounds)
-    check = check_upmem(tmp_path)
-    assert check.passed, check.log[-3000:]
+    every_check_passes(built, program, tmp_path)
     host = (tmp_path / "host.c").read_text()
     assert "partial running statistics in m_partials" in host and "expf(" in host
 
@@ -85,18 +74,7 @@ def test_the_host_merge_without_its_rescale_fails_every_check(tmp_path: Path) ->
     built, program = forced(ATTENTION, *DPUS)
     broken = plain_combines(program)
     assert not _host_merges(broken)
-    with pytest.raises(IRError, match="merged by an online combine"):
-        verify(broken, built.workload, built.hw)
-    assert not prove(broken, built.workload, built.hw).proved
-    inputs = large(built.workload)
-    expected, bounds = evaluate_errors(built.workload, inputs)
-    got = interpret(broken, built.workload, inputs)["O"]
-    assert not np.allclose(got, expected["O"], rtol=1e-2, atol=1e-3)
-    if shutil.which("cc") and shutil.which("make"):
-        emit_upmem(broken, built.workload, built.hw, tmp_path, inputs, expected, bounds)
-        check = check_upmem(tmp_path)
-        assert not check.passed
-        assert "the outputs differ from the reference" in check.log
+    every_check_fails(built, broken, tmp_path)
 
 
 # decoding (4 query rows, 512 keys) on up to 8 DPUs of up to 4 tasklets whose float

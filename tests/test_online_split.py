@@ -16,7 +16,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from conftest import SMALL_UPMEM, TWO_CORES, Case, build, forced, solve
+from conftest import SMALL_UPMEM, TWO_CORES, Built, Case, build, forced, solve
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
@@ -164,6 +164,13 @@ def test_a_split_pass_validates_everywhere(tmp_path: Path, case: Case,
                 and n.var.where == "tasklet" and n.var.dim == "j"]
     assert len(tasklets) == 1 and tasklets[0].var.extent == 4
     assert not any(isinstance(n, Combine) for n in walk(kernel.body))
+    every_check_passes(built, program, tmp_path)
+    assert "partial running statistics" in (tmp_path / f"dpu_{kernel.name}.c").read_text()
+
+
+def every_check_passes(built: Built, program: Program, tmp_path: Path) -> None:
+    """The verifier, the prover, the interpreter on large scores (against NumPy) and
+    the emitted UPMEM C's `make check` all accept `program`."""
     verify(program, built.workload, built.hw)
     assert prove(program, built.workload, built.hw).proved
     inputs = large(built.workload)
@@ -174,7 +181,6 @@ def test_a_split_pass_validates_everywhere(tmp_path: Path, case: Case,
     emit_upmem(program, built.workload, built.hw, tmp_path, inputs, expected, bounds)
     check = check_upmem(tmp_path)
     assert check.passed, check.log[-3000:]
-    assert "partial running statistics" in (tmp_path / f"dpu_{kernel.name}.c").read_text()
 
 
 def plain_combines(program: Program) -> Program:
@@ -198,7 +204,12 @@ def plain_combines(program: Program) -> Program:
 
 def test_the_merge_without_its_rescale_fails_every_check(tmp_path: Path) -> None:
     built, program = forced(ATTENTION, *SPLIT)
-    broken = plain_combines(program)
+    every_check_fails(built, plain_combines(program), tmp_path)
+
+
+def every_check_fails(built: Built, broken: Program, tmp_path: Path) -> None:
+    """The verifier, the prover, the interpreter on large scores and the emitted UPMEM
+    C's `make check` each catch `broken` (an online merge replaced by plain combines)."""
     with pytest.raises(IRError, match="merged by an online combine"):
         verify(broken, built.workload, built.hw)
     assert not prove(broken, built.workload, built.hw).proved
