@@ -50,7 +50,8 @@ import numpy as np
 
 from synth.errors import InputError, SynthError
 from synth.hardware import Hardware
-from synth.hwfile import detect_cache_size, load_hardware, parse_time, read_model
+from synth.hwfile import load_hardware, read_model
+from synth.hwunits import detect_cache_size, parse_time
 
 SOURCE = "calibrate.c"
 LIBRARY = "libcalibrate.so"

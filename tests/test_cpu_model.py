@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from conftest import solve
 
-from synth import hwfile
+from synth import hwunits
 from synth.constraints import expr as ex
 from synth.constraints.cost import Model, evaluate_cost
 from synth.constraints.result import Status
@@ -70,17 +70,17 @@ def test_vector_isa_from_cpuinfo(tmp_path: Path, flags: str,
                                  expected: tuple[int, int]) -> None:
     cpuinfo = tmp_path / "cpuinfo"
     cpuinfo.write_text(f"processor\t: 0\nflags\t\t: {flags}\n\nprocessor\t: 1\n")
-    assert hwfile.vector_isa(cpuinfo) == expected
+    assert hwunits.vector_isa(cpuinfo) == expected
 
 
 def test_vector_isa_without_cpuinfo(tmp_path: Path) -> None:
-    assert hwfile.vector_isa(tmp_path / "missing") == (16, 16)
+    assert hwunits.vector_isa(tmp_path / "missing") == (16, 16)
 
 
 def test_register_file_follows_the_isa(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     cpuinfo = tmp_path / "cpuinfo"
     cpuinfo.write_text("flags\t\t: sse2 avx avx2 fma\n")
-    monkeypatch.setattr(hwfile, "CPUINFO", cpuinfo)
+    monkeypatch.setattr(hwunits, "CPUINFO", cpuinfo)
     hw = load_hardware("cpu")
     assert hw.memory("reg").capacity == 16 * 32
     assert hw.compute.lanes == {"f32": 8, "i32": 8}

@@ -7,18 +7,16 @@ from pathlib import Path
 
 import pytest
 
-from synth import hwfile
+from synth import hwfile, hwunits
 from synth.errors import InputError
 from synth.hardware import OP_CLASSES, Hardware
-from synth.hwfile import (
+from synth.hwfile import list_builtin_hardware, load_hardware, parse_override
+from synth.hwunits import (
     UnitError,
     detect_cache_size,
-    list_builtin_hardware,
-    load_hardware,
     parse_bandwidth,
     parse_count,
     parse_frequency,
-    parse_override,
     parse_size,
     parse_time,
 )
@@ -172,7 +170,7 @@ def test_cpu_structure() -> None:
     assert [lvl.name for lvl in hw.levels] == ["system", "core"]
     core = hw.level("core")
     assert core.symbol == "P" and core.count_min == 1
-    assert core.count_max == hwfile.auto_count()
+    assert core.count_max == hwunits.auto_count()
     assert core.fork_ps > 0  # starting a parallel region costs
     assert [m.name for m in hw.memories] == ["dram", "l3", "l2", "l1", "reg"]
     assert [m.level for m in hw.memories] == ["system", "system", "core", "core", "core"]
@@ -180,7 +178,7 @@ def test_cpu_structure() -> None:
                                   ("l1", "L1d", 32 * 2**10)):
         assert hw.memory(memory).capacity == (detect_cache_size(kind) or default)
         assert hw.memory(memory).cache and hw.memory(memory).overlap
-    registers, width = hwfile.vector_isa()
+    registers, width = hwunits.vector_isa()
     reg = hw.memory("reg")
     assert reg.capacity == registers * width and reg.overlap and not reg.cache
     assert hw.memory("l3").warm
@@ -202,8 +200,8 @@ def test_lanes_must_be_whole_numbers(tmp_path: Path) -> None:
 
 def test_cpu_uses_detected_caches(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     fake_sysfs(tmp_path)
-    monkeypatch.setattr(hwfile, "CACHE_DIR", tmp_path)
-    monkeypatch.setattr(hwfile.os, "cpu_count", lambda: 6)
+    monkeypatch.setattr(hwunits, "CACHE_DIR", tmp_path)
+    monkeypatch.setattr(hwunits.os, "cpu_count", lambda: 6)
     hw = load_hardware("cpu")
     assert hw.memory("l1").capacity == 48 * 1024
     assert hw.memory("l2").capacity == 1280 * 1024
@@ -213,7 +211,7 @@ def test_cpu_uses_detected_caches(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
 
 def test_cpu_falls_back_to_file_capacities(tmp_path: Path,
                                            monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(hwfile, "CACHE_DIR", tmp_path / "missing")
+    monkeypatch.setattr(hwunits, "CACHE_DIR", tmp_path / "missing")
     hw = load_hardware("cpu")
     assert [hw.memory(n).capacity for n in ("l3", "l2", "l1")] == [
         32 * 2**20, 2**20, 32 * 2**10]
@@ -260,14 +258,14 @@ def test_l1_ways_detected_file_or_command_line(tmp_path: Path,
     12), the file's where it cannot be read, and --hw-set's above both; the other memories
     leave it unmodelled (0)."""
     fake_sysfs(tmp_path)
-    assert hwfile.detect_cache_ways("L1d", tmp_path) == 12
-    monkeypatch.setattr(hwfile, "CACHE_DIR", tmp_path)
+    assert hwunits.detect_cache_ways("L1d", tmp_path) == 12
+    monkeypatch.setattr(hwunits, "CACHE_DIR", tmp_path)
     (tmp_path / "index0" / "ways_of_associativity").write_text("8\n")
     hw = load_hardware("cpu")
     assert hw.memory("l1").ways == 8
     assert [hw.memory(m).ways for m in ("dram", "l3", "l2", "reg")] == [0, 0, 0, 0]
     assert load_hardware("cpu", ("l1.ways=4",)).memory("l1").ways == 4
-    monkeypatch.setattr(hwfile, "CACHE_DIR", tmp_path / "missing")
+    monkeypatch.setattr(hwunits, "CACHE_DIR", tmp_path / "missing")
     assert load_hardware("cpu").memory("l1").ways == 12  # cpu.toml's fallback
     with pytest.raises(InputError, match=r"ways: expected an integer"):
         load_hardware("cpu", ("l1.ways=-1",))
@@ -352,20 +350,20 @@ def test_parse_bandwidth_rejects(text: object) -> None:
 ])
 def test_parse_count(text: object, expected: tuple[int, int],
                      monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(hwfile.os, "cpu_count", lambda: 6)
+    monkeypatch.setattr(hwunits.os, "cpu_count", lambda: 6)
     assert parse_count(text) == expected
 
 
 @pytest.mark.parametrize("text", [0, "0..4", "5..2", "1..", "1-16", True, "auto", 1.5,
                                   "8..auto"])
 def test_parse_count_rejects(text: object, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(hwfile.os, "cpu_count", lambda: 6)
+    monkeypatch.setattr(hwunits.os, "cpu_count", lambda: 6)
     with pytest.raises(UnitError, match="count|range"):
         parse_count(text)
 
 
 def test_auto_count_without_cpu_count(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(hwfile.os, "cpu_count", lambda: None)
+    monkeypatch.setattr(hwunits.os, "cpu_count", lambda: None)
     assert parse_count("1..auto") == (1, 1)
 
 
@@ -603,7 +601,7 @@ def test_overrides_apply_in_order() -> None:
 def test_override_capacity_beats_detection(tmp_path: Path,
                                            monkeypatch: pytest.MonkeyPatch) -> None:
     fake_sysfs(tmp_path)
-    monkeypatch.setattr(hwfile, "CACHE_DIR", tmp_path)
+    monkeypatch.setattr(hwunits, "CACHE_DIR", tmp_path)
     hw = load_hardware("cpu", ["l2.capacity=256KiB"])
     assert hw.memory("l2").capacity == 256 * 1024
     assert hw.memory("l1").capacity == 48 * 1024  # still detected
