@@ -28,7 +28,7 @@ from synth import pipeline
 from synth.constraints.cost import build_model
 from synth.constraints.sample import random_schedule
 from synth.constraints.space import kernel_for
-from synth.emit import upmem
+from synth.emit import upmem_dpu
 from synth.emit.cstyle import EmitError
 from synth.emit.upmem import CheckResult, Emission, check_upmem, emit_upmem
 from synth.hwfile import load_hardware
@@ -507,7 +507,7 @@ def test_prefetching_an_accumulator_would_fail_the_check(tmp_path: Path,
                                                          ) -> None:
     """The rule above matters, and the check sees it: loading the partial sum one step
     ahead reads it before this step's store, and the sum comes out wrong."""
-    monkeypatch.setattr(upmem, "written_buffers", lambda nodes: set())
+    monkeypatch.setattr(upmem_dpu, "written_buffers", lambda nodes: set())
     emitted(pipeline.Request("red", UPMEM_PRIOR, {"N": 128}, hw_overrides=ONE_DPU, fixes=(
         "buffers.s.wram=2", "combine.s.tasklet=0", "T.s.i=2", "M.s.i=4")), tmp_path)
     assert (tmp_path / "dpu_s.c").read_text().count("prefetch:") == 2

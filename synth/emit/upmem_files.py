@@ -18,7 +18,7 @@ from synth.reference import tolerance
 from synth.workload import Workload
 
 if TYPE_CHECKING:
-    from synth.emit.upmem import DpuProgram
+    from synth.emit.upmem_dpu import DpuProgram
 
 RUNTIME_FILES = ("attributes.h", "defs.h", "mram.h", "barrier.h", "alloc.h", "dpu.h",
                  "standin.h", "standin.c")

@@ -22,7 +22,7 @@ from synth.emit.cstyle import (
     statement_text,
     term,
 )
-from synth.emit.upmem import DpuProgram, describe
+from synth.emit.upmem_dpu import DpuProgram, describe
 from synth.emit.upmem_plan import (
     HostLoop,
     HostNode,

@@ -34,7 +34,7 @@ from synth.emit.cstyle import Code, EmitError, affine_sum, scale, term
 from synth.ir.nodes import BufferDecl, OnlineCombine, Rescale, Running
 
 if TYPE_CHECKING:
-    from synth.emit.upmem import DpuWriter
+    from synth.emit.upmem_dpu import DpuWriter
     from synth.emit.upmem_host import HostWriter
     from synth.emit.upmem_plan import KernelPlan
 
