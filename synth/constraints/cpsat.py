@@ -544,9 +544,12 @@ def _count(result: SolveResult, key: str) -> int:
 # Deterministic seconds CP-SAT gets on a part as products before it is lowered again
 # over exponents (`monomial`) with tables for the dimensions that are not (`tables`):
 # most parts are proved within it, and on those the second lowering costs more than it
-# saves (transformer/cpu: 0.1-0.5 s with products, 0.35-1.2 s over exponents), while a
-# GEMM on upmem takes 2.6 deterministic s with products and 0.3 over exponents.
-FIRST_WORK_S = 0.5
+# saves (a cpu part: 0.1-0.5 deterministic s as products, 0.35-1.2 over exponents),
+# while a GEMM on upmem takes 2.6 as products and 0.3 over exponents. Whole solves of
+# 16 hard built-in cases (upmem / cpu / aie totals, process CPU s; RESULTS.md): 0.5:
+# 41.9 / 15.2 / 29.7; 0.15: 32.8 / 15.0 / 25.5; 0.08: 30.0 / 13.6 / 24.1; 0.03: 25.4 /
+# 22.6 / 22.4 (layernorm/cpu 1.4 -> 5.3 s, fa6/cpu 0.7 -> 3.9).
+FIRST_WORK_S = 0.1
 
 
 def _configured(time_limit_s: float, workers: int, work_limit_s: float | None
