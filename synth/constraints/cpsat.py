@@ -147,12 +147,13 @@ class Lowering:
         if isinstance(term, ex.Var):
             return self.vars[term.name]
         key = (term, cap)
-        if key not in self._aux:
+        if key not in self._aux and self._exponents:  # the lowering over exponents
             found = self.monomials.monomial(term)
             self._require_divisible()
             if found is not None and found.exponents:
                 self._aux[key] = self._monomial_var(term, found, cap)
                 return self._aux[key]
+        if key not in self._aux:
             aux = self._new_aux(term, cap)
             self._constrain(aux, term)
             self._aux[key] = aux
@@ -180,17 +181,18 @@ class Lowering:
         total, lo, hi = self._exponent_sum(found)
         values = [found.value(s) for s in range(lo, hi + 1)]
         whole = [i for i, v in enumerate(values) if v.denominator == 1]
-        allowed = [i for i in whole if values[i] <= cap]
         if not whole:  # never whole: the divisibility fails, no schedule
             self.model.add_bool_or([])
             return self.model.new_constant(0)
+        allowed = [i for i in whole if values[i] <= cap]
         if not allowed:
             raise too_large(term, int(values[whole[0]]), cap)
         index = self.model.new_int_var_from_domain(cp_model.Domain.from_values(allowed), "")
         self.model.add(index == total - lo)
-        table = [int(v) if i in allowed else 0 for i, v in enumerate(values)]
-        var = self.model.new_int_var(min(table[i] for i in allowed),
-                                     max(table[i] for i in allowed), "")
+        table = [0] * len(values)
+        for i in allowed:
+            table[i] = int(values[i])
+        var = self.model.new_int_var(table[allowed[0]], table[allowed[-1]], "")
         self.model.add_element(index, table, var)
         self._by_monomial[key] = var
         return var
