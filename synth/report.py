@@ -131,6 +131,12 @@ def _factor_meanings(outcome: Outcome) -> dict[str, str]:
             names = ", ".join(s.name for s in spec.core if contraction(s) is not None)
             meanings[term.name] = (f"1 when kernel {kernel}'s contractions ({names}) run on "
                                    "the matrix intrinsic")
+    for kernel, tensors in model.shares.items():
+        for tensor, term in tensors.items():
+            if isinstance(term, ex.Var) and kernel in used:
+                meanings[term.name] = (f"1 when kernel {kernel}'s units share one {slots[-1].name} "
+                                       f"tile of {tensor} (one load between barriers), "
+                                       f"0: one tile per unit")
     meanings.update(subblock_meanings(env, used))
     for (kernel, dim, index), term in model.factors.terms.items():
         if not isinstance(term, ex.Var) or kernel not in used:

@@ -116,13 +116,16 @@ def combines_on_device(kt: KernelTerms, slot: int, dims: Sequence[str]) -> ex.Co
 
 
 def exchanged_on_device(kt: KernelTerms, use: TensorUse, slot: int) -> ex.Cond | bool:
-    """Whether `use`'s tile at memory `slot` is exchanged with an on-device combine
-    buffer (in the same memory) instead of moving from its parent: it holds partials
-    of a reduction whose units, between the parent and this memory, combine on device."""
+    """Whether `use`'s tile at memory `slot` does not move with each unit's own transfers:
+    it is exchanged with an on-device combine buffer (in the same memory) instead of
+    moving from its parent (it holds partials of a reduction whose units, between the
+    parent and this memory, combine on device), or it is one tile shared by the units
+    of the memory's instance, moved once per instance (`sharing.shared_cost`)."""
+    from synth.constraints.sharing import shared_tile  # builds on cost, as this does
     reduced = reduced_into(kt.kernel, use)
     parent = _parent_slot(kt, slot)
-    return ex.any_of(combines_on_device(kt, s, reduced) for s in kt.combined
-                     if parent < s < slot)
+    return ex.any_of([*(combines_on_device(kt, s, reduced) for s in kt.combined
+                        if parent < s < slot), shared_tile(kt, use, slot)])
 
 
 def device_combine_cost(kt: KernelTerms, workload: Workload) -> ex.Int:

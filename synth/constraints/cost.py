@@ -122,6 +122,9 @@ class KernelTerms:
     # 0/1: the kernel's contractions run on the matrix intrinsic, operands packed (None:
     # no intrinsic applies)
     packed: ex.Int | None = None
+    # tensor -> 0/1: its innermost tile is one per memory instance, shared by the units
+    # of the levels in between (`sharing`: UPMEM tasklets sharing a WRAM block)
+    shared: Mapping[str, ex.Int] = field(default_factory=dict)
 
     @property
     def slots(self) -> tuple[Slot, ...]:
@@ -284,6 +287,8 @@ class Model:
     buffers: Mapping[str, Mapping[int, ex.Int]] = field(default_factory=dict)
     # kernel -> 0/1 term: its contractions run on the matrix intrinsic (`intrinsic`)
     packs: Mapping[str, ex.Int] = field(default_factory=dict)
+    # kernel -> tensor -> 0/1 term: its innermost tile is shared by the units (`sharing`)
+    shares: Mapping[str, Mapping[str, ex.Int]] = field(default_factory=dict)
 
     @property
     def slots(self) -> tuple[Slot, ...]:
@@ -305,20 +310,22 @@ def build_model(workload: Workload, hw: Hardware, kernels: Sequence[KernelSpec],
     a request names to the spatial factors' candidates (`space.build_factors`)."""
     from synth.constraints.combines import combine_symmetry, with_combine_choices
     from synth.constraints.intrinsic import intrinsic_constraints, with_pack_choice
+    from synth.constraints.sharing import share_constraints, with_share_choices
     slots = hierarchy_slots(hw)
     factors = build_factors(kernels, hw, slots, named)
     domains = dict(factors.domains)
     chosen, cover = fusion_choices(workload, kernels, domains)
-    terms = [with_pack_choice(with_buffer_choices(
-        with_combine_choices(KernelTerms(k, factors, hw), domains), domains), domains)
-        for k in kernels]
+    terms = [with_share_choices(with_pack_choice(with_buffer_choices(
+        with_combine_choices(KernelTerms(k, factors, hw), domains), domains), domains),
+        domains) for k in kernels]
     constraints: list[NamedConstraint] = list(cover)
     for kt in terms:
         own = (tiling_constraints(kt) + capacity_constraints(kt, workload)
                + transfer_rule_constraints(kt, workload) + completion_constraints(kt)
                + single_writer_constraints(kt) + intrinsic_constraints(kt)
                + implied_compute_bounds(kt) + tiled_constraints(kt, workload, domains)
-               + blocking_bounds(kt, workload) + combine_symmetry(kt) + _online(kt))
+               + blocking_bounds(kt, workload) + combine_symmetry(kt) + _online(kt)
+               + share_constraints(kt))
         constraints += [when_chosen(chosen[kt.kernel.name], c) for c in own]
     definitions, count_constraints = unit_counts(terms, hw, chosen)
     constraints += count_constraints
@@ -338,7 +345,8 @@ def build_model(workload: Workload, hw: Hardware, kernels: Sequence[KernelSpec],
     return Model(workload, hw, tuple(kernels), factors, cset, chosen,
                  {kt.kernel.name: kt.combined for kt in terms},
                  {kt.kernel.name: kt.buffered for kt in terms},
-                 {kt.kernel.name: kt.packed for kt in terms if kt.packed is not None})
+                 {kt.kernel.name: kt.packed for kt in terms if kt.packed is not None},
+                 {kt.kernel.name: kt.shared for kt in terms if kt.shared})
 
 
 # ---------------------------------------------------------------- fusion
@@ -449,10 +457,17 @@ def capacity_constraints(kt: KernelTerms, workload: Workload) -> list[NamedConst
         copies = ex.mul(*(kt.units(s) for s in kt.spatial_between(instance,
                                                                    kt.slots[slot].level_index)))
         buffers = kt.buffered.get(slot, ex.ONE)  # moving tiles are double buffered
-        used = ex.add(*(ex.mul(_resident_bytes(kt, workload, use, mem, slot),
-                               ex.ONE if use.local else buffers)
-                        for use in kt.resident(slot)))
-        shared = device_combine_capacity(kt, workload, mem)  # one per instance
+        tiles = [(use, ex.mul(_resident_bytes(kt, workload, use, mem, slot),
+                              ex.ONE if use.local else buffers))
+                 for use in kt.resident(slot)]
+        if slot == len(kt.slots) - 1:  # tiles shared by the units: one per instance
+            from synth.constraints.sharing import shared_bytes  # builds on this module
+            split = [shared_bytes(kt, use, nbytes) for use, nbytes in tiles]
+        else:
+            split = [(nbytes, ex.ZERO) for _, nbytes in tiles]
+        used = ex.add(*(own for own, _ in split))
+        shared = [*device_combine_capacity(kt, workload, mem),  # one per instance
+                  *(once for _, once in split)]
         usable = mem.usable
         if slot == len(kt.slots) - 1 and kt.hw.compute.tiling.edge:  # a tiled core's
             used = ex.add(used, tiled.dataflow_terms(kt, workload).extra_bytes)  # 2nd DFBs
@@ -615,7 +630,10 @@ def kernel_cost(kt: KernelTerms, workload: Workload) -> dict[str, ex.Int]:
                 transfer, compute, first_transfer_cost(kt, workload, mem, slot)), transfer)
         elif _blocking(kt, slot):
             from synth.constraints.transfers import blocking_time  # builds on this module
-            transfer = ex.add(blocking_time(kt, workload, compute), ex.mul(-1, compute))
+            transfer = ex.add(blocking_time(kt, workload, compute), ex.mul(-1, compute),
+                              _shared_cost(kt, workload))
+        else:
+            transfer = ex.add(transfer, _shared_cost(kt, workload, slot))
         key = f"transfer:{parent.name}->{mem.name}"
         if mem.overlap and not mem.exposed:
             overlapping[key] = transfer
@@ -640,7 +658,8 @@ def kernel_objective(kt: KernelTerms, workload: Workload, parts: Mapping[str, ex
         parent = kt.hw.memories[kt.hw.memories.index(mem) - 1]
         key = f"transfer:{parent.name}->{mem.name}"
         return ex.add(*(term for part, term in parts.items() if part not in ("compute", key)),
-                      blocking_time(kt, workload, parts["compute"]))
+                      blocking_time(kt, workload, parts["compute"]),
+                      _shared_cost(kt, workload))
     overlapping = {f"transfer:{kt.hw.memories[kt.hw.memories.index(mem) - 1].name}->"
                    f"{mem.name}": transfer_cost(kt, workload, mem, slot)
                    for slot, mem in _memory_slots(kt) if mem.overlap and not mem.exposed}
@@ -664,6 +683,15 @@ def kernel_objective(kt: KernelTerms, workload: Workload, parts: Mapping[str, ex
                      ex.add(ex.maximum(transfer, compute), first), ex.add(compute, transfer))
     return ex.add(*(term for part, term in parts.items() if part not in ("compute", key)),
                   both)
+
+
+def _shared_cost(kt: KernelTerms, workload: Workload, slot: int | None = None) -> ex.Int:
+    """The moves of the tiles the units share (`sharing.shared_cost`), in the innermost
+    memory's transfer part (`slot`: only when it is the innermost)."""
+    if not kt.shared or (slot is not None and slot != len(kt.slots) - 1):
+        return ex.ZERO
+    from synth.constraints.sharing import shared_cost  # builds on this module
+    return shared_cost(kt, workload)
 
 
 def _blocking(kt: KernelTerms, slot: int) -> bool:

@@ -316,7 +316,7 @@ class DpuWriter(CStyle):
             code(f"__mram_noinit {self.ctype(decl.dtype)} {mram_names[decl.name]}[{size}]; "
                  f"/* {describe(decl)} */")
         code()
-        code.comment("WRAM: one tile per tasklet")
+        code.comment("WRAM: one tile per tasklet (one for the tasklets sharing it)")
         if any(decl.buffers == 2 for decl, _ in self.wram.values()):
             for line in DOUBLE_BUFFERING.splitlines():
                 code(line)
@@ -560,6 +560,8 @@ class DpuWriter(CStyle):
                 self.alloc(code, node.buffer, unit)
             elif isinstance(node, Load) and node in self.ahead:
                 self.prefetch(code, node)
+            elif isinstance(node, Load) and self.plan.buffers[node.dst].shared:
+                self.shared_load(code, node)
             elif isinstance(node, Load):
                 self.dma(code, node.dst, node.src, read=True)
             elif isinstance(node, Store):
@@ -584,7 +586,8 @@ class DpuWriter(CStyle):
         """A WRAM tile: an array with one tile per tasklet unit, and this unit's pointer.
         Outside tasklet loops there is one tile, shared by the tasklets (the partial
         results of an on-device combine: one per tasklet unit inside)."""
-        tiles = self.region_units if unit == "tasklet" else 1
+        tiles = self.region_units if unit == "tasklet" and not decl.shared else 1
+        unit = "0" if decl.shared else unit  # one tile for the tasklets sharing it
         if decl.memory != "wram":
             raise EmitError(f"kernel {self.kernel}: buffer {decl.name} in {decl.memory} is "
                             f"allocated inside the DPUs' part; only WRAM tiles can be")
@@ -616,6 +619,26 @@ class DpuWriter(CStyle):
             code(f"{self.tiles[node.buffer]}[{k}] = {self.fill_value(node.value, decl.dtype)};")
 
     # -- transfers -----------------------------------------------------------------
+
+    def shared_load(self, code: Code, node: Load) -> None:
+        """A tile the region's tasklets share (`BufferDecl.shared`): once they are all done
+        with its previous contents (a barrier), tasklet 0 loads it, and the others wait
+        until it is there (a barrier). Every tasklet of the region runs the same loops, so
+        they meet at the same barriers (the kernel's one region of tasklets: all of its
+        NR_TASKLETS)."""
+        if self.region_units == 1:
+            self.dma(code, node.dst, node.src, read=True)
+            return
+        if self.region_units != self.plan.tasklets:
+            raise EmitError(f"kernel {self.kernel}: {node.dst} is shared by "
+                            f"{self.region_units} tasklets of {self.plan.tasklets}; the "
+                            f"barriers around its load need them all")
+        self.uses_barrier = True
+        code(f"barrier_wait(&sync_tasklets); /* every tasklet done with {node.dst} */")
+        with code.block("if (tasklet == 0)", f"one load of {node.dst} for the "
+                        f"{self.region_units} tasklets sharing it"):
+            self.dma(code, node.dst, node.src, read=True)
+        code(f"barrier_wait(&sync_tasklets); /* {node.dst} loaded */")
 
     def dma(self, code: Code, wram_name: str, mram_name: str, read: bool) -> None:
         """Move a WRAM tile from or to its parent: an MRAM buffer (DMA), or a WRAM buffer
@@ -864,6 +887,8 @@ def describe(decl: BufferDecl) -> str:
         text += f", partials over ({', '.join(decl.partial_loops)})"
     if decl.buffers == 2:
         text += " x2"
+    if decl.shared:
+        text += f", shared by ({', '.join(decl.shared)})"
     return text
 
 

@@ -84,6 +84,9 @@ class KernelBuilder:
         self.buffers = {slot: ex.evaluate(term, env)
                         for slot, term in model.buffers.get(spec.name, {}).items()}
         self.innermost = model.hw.memories[-1].name
+        # operands whose innermost tile the units share (`constraints.sharing`)
+        self.shared = {tensor for tensor, term in model.shares.get(spec.name, {}).items()
+                       if ex.evaluate(term, env) == 1}
         # targets of core reductions completed in one innermost tile: filled there
         self.initialised = {s.target: s.op.identity(s.dtype) for s in spec.core
                             if spec.initialised(s)}
@@ -173,7 +176,20 @@ class KernelBuilder:
             dims=use.indices, shape=tuple(self.tile(d, slot) for d in use.indices),
             origin=tuple(self.origin(d, depth) for d in use.indices), dtype=tensor.dtype,
             partial_loops=partials,
-            buffers=1 if use.local else self.buffers.get(slot, 1))
+            buffers=1 if use.local else self.buffers.get(slot, 1),
+            shared=self._sharing(use, mem, slot, depth))
+
+    def _sharing(self, use: TensorUse, mem: Memory, slot: int, depth: int
+                 ) -> tuple[str, ...]:
+        """The parallel loops around a shared innermost tile whose units share it: those
+        of the levels between the memory's instance and its owner (UPMEM: the tasklet
+        loops under a DPU's WRAM)."""
+        if use.tensor not in self.shared or slot != len(self.slots) - 1:
+            return ()
+        hw = self.model.hw
+        instance, owner = hw.level_index(mem.instance_level), hw.level_index(mem.level)
+        return tuple(v.name for _, v in self.loops[:depth] if v.kind is LoopKind.PARALLEL
+                     and instance < hw.level_index(v.where) <= owner)
 
     def _root_partial_loops(self, use: TensorUse) -> tuple[str, ...]:
         return tuple(v.name for s, v in self.loops if self._splits_reduction(s, v, use))

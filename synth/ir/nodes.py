@@ -73,7 +73,11 @@ class BufferDecl:
     (the instances) and, for partial results, one per combination of `partial_loops`:
     parallel loops inside it that split a reduced dimension. `buffers` is 2 when the
     tile is double buffered: the memory holds two of it, one computed on while the other
-    is filled (timing only; the values are those of one tile).
+    is filled (timing only; the values are those of one tile). `shared` names parallel
+    loops around the allocation whose units share one tile (the same tile for all of
+    them, read only: its origin does not depend on them), so a memory instance holds it
+    once rather than once per unit (`synth.constraints.sharing`: UPMEM tasklets sharing a
+    WRAM block, loaded by one of them between barriers; values as those of one tile).
     """
 
     name: str
@@ -85,6 +89,7 @@ class BufferDecl:
     dtype: DType
     partial_loops: tuple[str, ...] = ()
     buffers: int = 1
+    shared: tuple[str, ...] = ()
 
     def verify(self) -> None:
         if not (len(self.dims) == len(self.shape) == len(self.origin)):
@@ -95,6 +100,13 @@ class BufferDecl:
                           f"got {self.shape}")
         if self.buffers not in (1, 2):
             raise IRError(f"buffer {self.name}: expected 1 or 2 buffers, got {self.buffers}")
+        if self.shared and self.partial_loops:
+            raise IRError(f"buffer {self.name}: expected a shared tile or partial results, "
+                          f"got both (shared by {', '.join(self.shared)})")
+        walked = {v for a in self.origin for v, _ in a.terms} & set(self.shared)
+        if walked:
+            raise IRError(f"buffer {self.name}: expected a shared tile the same for every "
+                          f"unit sharing it, got an origin over {', '.join(sorted(walked))}")
 
 
 # ---------------------------------------------------------------- statements of the IR

@@ -80,6 +80,8 @@ def _alloc(buf: BufferDecl) -> str:
         text += f" partials over ({', '.join(buf.partial_loops)})"
     if buf.buffers > 1:
         text += f" x{buf.buffers}"
+    if buf.shared:
+        text += f" shared by ({', '.join(buf.shared)})"
     return text
 
 

@@ -118,6 +118,7 @@ class KernelCheck:
     def _statement(self, node: Node, scope: _Scope) -> None:
         if isinstance(node, Alloc):
             node.verify()
+            self._shared(node.buffer, scope)
             scope.buffers[node.buffer.name] = node.buffer
             scope.written.discard(node.buffer.name)  # a fresh allocation holds nothing
             self._account(node.buffer, scope)
@@ -132,6 +133,7 @@ class KernelCheck:
                               f"filled or stored before), got nothing written to it")
             scope.written.add(node.dst)
         elif isinstance(node, Store):
+            self._written_by_units(node.src, scope, f"store {node.src} -> {node.dst}")
             child, parent = self._buf(node.src, scope), self._buf(node.dst, scope)
             self._transfer(child, parent, scope, f"store {node.src} -> {node.dst}")
             if node.src not in scope.written:
@@ -140,6 +142,7 @@ class KernelCheck:
             scope.written.add(node.dst)
         elif isinstance(node, Fill):
             self._buf(node.buffer, scope)
+            self._written_by_units(node.buffer, scope, f"fill {node.buffer}")
             scope.written.add(node.buffer)
         elif isinstance(node, Compute):
             self._compute(node, scope)
@@ -172,10 +175,37 @@ class KernelCheck:
                 scope.written.add(target)
         elif isinstance(node, Running | Rescale):
             check_step(node, scope.buffers)
+            self._written_by_units(node.previous if isinstance(node, Running)
+                                   else node.target, scope, f"running {node.running}")
             if node.running not in scope.written:
                 raise IRError(f"running {node.running}: expected the running maximum "
                               f"loaded or filled before, got nothing written to it")
             scope.written.add(node.previous)
+
+    def _shared(self, buf: BufferDecl, scope: _Scope) -> None:
+        """A tile shared by units (`BufferDecl.shared`): each sharing loop is a parallel
+        loop around it whose units share the memory's instance (tasklets of a DPU's WRAM;
+        its origin not over them: `BufferDecl.verify`)."""
+        if not buf.shared:
+            return
+        mem = self.hw.memory(buf.memory)
+        instance = self.hw.level_index(mem.instance_level)
+        loops = {v.name: v for v in scope.loops}
+        for name in buf.shared:
+            var = loops.get(name)
+            if var is None or var.kind is not LoopKind.PARALLEL or not (
+                    instance < self.hw.level_index(var.where) <= self.hw.level_index(mem.level)):
+                raise IRError(f"buffer {buf.name}: expected the units sharing it ({name}) "
+                              f"a parallel loop around it whose units share one "
+                              f"{mem.name}, got {var.where if var else 'no such loop'}")
+
+    def _written_by_units(self, name: str, scope: _Scope, what: str) -> None:
+        """A shared tile is read only: loaded once for all its units, never written by
+        them (their writes would race, and each unit's would be lost to the others)."""
+        buf = scope.buffers.get(name)
+        if buf is not None and buf.shared:
+            raise IRError(f"{what}: expected a tile of its own unit, got {name}, shared by "
+                          f"({', '.join(buf.shared)}) and read only")
 
     def _buf(self, name: str, scope: _Scope) -> BufferDecl:
         if name not in scope.buffers:
@@ -192,6 +222,7 @@ class KernelCheck:
                 raise IRError(f"compute {node.statement}: expected {buffer} ({tensor}) loaded "
                               f"or computed before it is read, got no such write")
         self._buf(node.out, scope)
+        self._written_by_units(node.out, scope, f"compute {node.statement}")
         if stmt.op.reduces and node.out not in scope.written:
             raise IRError(f"compute {node.statement}: expected accumulator {node.out} loaded "
                           f"or filled before, got none")
@@ -251,11 +282,13 @@ def instance_copies(buf: BufferDecl, loops: Sequence[LoopVar], hw: Hardware,
                     extent: Callable[[str], int]) -> int:
     """Tiles of `buf` one memory instance holds: one per unit of the parallel loops
     around it that lie inside the memory's instance level (tasklets sharing a DPU's
-    WRAM each have theirs), times its partial results."""
+    WRAM each have theirs, but for a tile they share: `BufferDecl.shared`), times its
+    partial results."""
     instance = hw.level_index(hw.memory(buf.memory).instance_level)
     copies = 1
     for var in loops:
-        if var.kind is LoopKind.PARALLEL and hw.level_index(var.where) > instance:
+        if (var.kind is LoopKind.PARALLEL and hw.level_index(var.where) > instance
+                and var.name not in buf.shared):  # a shared tile: one for its units
             copies *= var.extent
     for name in buf.partial_loops:
         copies *= extent(name)
