@@ -61,12 +61,13 @@ from synth.workload import DType
 
 # Names and symbols become parts of variable names and of C and MLIR identifiers.
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*", re.ASCII)
-RESERVED_SYMBOLS = ("fuse", "combine", "buffers", "pack", "ext", "online", "user", "sub")
+RESERVED_SYMBOLS = ("fuse", "combine", "buffers", "pack", "ext", "online", "user", "sub",
+                    "share")
 """Prefixes of the names the encoding gives its own variables (`fuse.K`, `combine.K.LEVEL`,
-`buffers.K.MEMORY`, `pack.K`, `ext.K.DIM`; `online` is kept for online-normalisation
-decisions, `user` names the user's constraint groups): a level or memory symbol, which
-prefixes variables too (`T.K.DIM`), may not be one of them (tests/test_hwfile.py checks
-that every prefix the encoding uses is listed here)."""
+`buffers.K.MEMORY`, `pack.K`, `ext.K.DIM`, `share.K.TENSOR`; `online` is kept for
+online-normalisation decisions, `user` names the user's constraint groups): a level or
+memory symbol, which prefixes variables too (`T.K.DIM`), may not be one of them
+(tests/test_hwfile.py checks that every prefix the encoding uses is listed here)."""
 
 # The keys of each table of the format. Kept here, next to the code that reads them, so an
 # unknown key can be reported with the closest valid one.
