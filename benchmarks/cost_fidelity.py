@@ -1,7 +1,7 @@
 """How well the cpu cost model ranks real runs (issue 11, item 5).
 
     python benchmarks/cost_fidelity.py [--samples 20] [--problems NAME ...] [--hw cpu]
-                                       [--time-limit S] [--json]
+                                       [--time-limit S] [--one-thread] [--json]
 
 For each problem (default: all of PROBLEMS): the model's optimum (CP-SAT), the greedy
 schedule and `--samples` random feasible schedules from the sampler
@@ -17,6 +17,10 @@ printed as PASS/FAIL lines. `--json` prints one JSON object instead of the table
 unless the command line is bad or a schedule fails its check (1).
 
 Timings are wall-clock: run it on a quiet machine (the load average is printed).
+`--one-thread` times one thread's work instead (`synth.emit.c_check`'s `one_thread`: every
+parallel region on the calling thread, `OMP_THREAD_LIMIT=1`, timed as that thread's CPU
+time, median of at least 7 calls): with a one-core model (`count = "1"`, as `cpu1.toml`)
+the same code the schedule runs, and far less moved by other work on a shared machine.
 `--hw FILE.toml` takes a calibrated model (`synth calibrate`).
 """
 
@@ -39,12 +43,14 @@ from synth.constraints import cpsat, greedy
 from synth.constraints import expr as ex
 from synth.constraints.cost import Model
 from synth.constraints.sample import random_schedule
+from synth.emit.c import emit_c
+from synth.emit.c_check import check_c
 from synth.hwfile import load_hardware
 from synth.ir.materialize import materialize
 from synth.ir.printer import print_program
 from synth.ir.verify import verify
 from synth.lang import list_builtin_workloads, load_workload
-from synth.measure import reference_data, relevant, spearman, time_schedule
+from synth.measure import Timing, reference_data, relevant, spearman
 
 HERE = Path(__file__).resolve().parent
 WORKLOADS = HERE / "workloads"
@@ -131,8 +137,18 @@ def schedules(model: Model, samples: int, time_limit_s: float
     return found, solve_s
 
 
+def time_schedule(program: Any, workload: Any, hw: Any, out_dir: Path,
+                  data: tuple[Mapping[str, Any], Mapping[str, Any], Mapping[str, Any]],
+                  quick: bool = False, one_thread: bool = False) -> Timing:
+    """`synth.measure.time_schedule`, optionally timing one thread's CPU time."""
+    inputs, expected, bounds = data
+    emit_c(program, workload, hw, out_dir, inputs, expected, bounds)
+    check = check_c(out_dir, time_numpy=False, quick=quick, one_thread=one_thread)
+    return Timing(check.passed, check.run_s if check.passed else None, check.log)
+
+
 def run_problem(name: str, hw_ref: str, samples: int, time_limit_s: float,
-                log: Any) -> Problem:
+                log: Any, one_thread: bool = False) -> Problem:
     workload_ref, sizes = PROBLEMS[name]
     start = time.perf_counter()
     workload = load_workload(workload_ref, dict(sizes))
@@ -151,7 +167,7 @@ def run_problem(name: str, hw_ref: str, samples: int, time_limit_s: float,
             seen.add(text)
             verify(program, workload, hw)
             timing = time_schedule(program, workload, hw, Path(tmp) / str(index), data,
-                                   quick=False)
+                                   quick=False, one_thread=one_thread)
             modelled = ex.evaluate(model.constraints.objective, env) / PS_PER_S
             points.append(Point(source, modelled, timing.run_s, timing.passed,
                                 relevant(model, env)))
@@ -209,6 +225,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hw", default="cpu", help="hardware model (default cpu)")
     parser.add_argument("--time-limit", type=float, default=60.0,
                         help="solver time limit per problem, seconds (default 60)")
+    parser.add_argument("--one-thread", action="store_true",
+                        help="time one thread's CPU time (OMP_THREAD_LIMIT=1), not wall")
     parser.add_argument("--json", action="store_true",
                         help="print one JSON object instead of the tables")
     args = parser.parse_args(argv)
@@ -217,10 +235,12 @@ def main(argv: list[str] | None = None) -> int:
     about = machine()
     print(f"cost fidelity on {args.hw}: {about['cpu']}, {about['cpus']} CPUs, load average "
           f"{' '.join(map(str, about['load_average']))}, {about['date']}", file=sys.stderr)
-    problems = [run_problem(name, args.hw, args.samples, args.time_limit, sys.stderr)
+    problems = [run_problem(name, args.hw, args.samples, args.time_limit, sys.stderr,
+                            args.one_thread)
                 for name in args.problems]
     if args.json:
         print(json.dumps({"hardware": args.hw, "samples": args.samples, "machine": about,
+                          "one_thread": args.one_thread,
                           "load_average_after": [round(x, 2) for x in os.getloadavg()],
                           "problems": [p.json() for p in problems]}, indent=2))
     else:

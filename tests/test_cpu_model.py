@@ -196,9 +196,9 @@ def test_a_cache_keeps_a_tile_across_loops_that_do_not_walk_it() -> None:
     model, _ = solved(workload)
     [kernel] = model.kernels
     fixes = (f"S.{kernel.name}.k=4", "P=1", "l3.warm=false")
-    cached = solved(workload, ("l3.warm=false", "core.count=1"), fixes[:2])
-    copied = encode(workload, load_hardware("cpu", ("l3.warm=false", "core.count=1",
-                                                    "l2.cache=false")))
+    cold = ("l3.warm=false", "l2.warm=false", "core.count=1")
+    cached = solved(workload, cold, fixes[:2])
+    copied = encode(workload, load_hardware("cpu", (*cold, "l2.cache=false")))
     env = cached[1]
     assert parts(copied, env)["transfer:l3->l2"] > parts(*cached)["transfer:l3->l2"]
 

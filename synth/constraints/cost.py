@@ -850,7 +850,12 @@ def _moves(kt: KernelTerms, workload: Workload, use: TensorUse, mem: Memory, slo
         from synth.constraints.online_terms import stream_cost, streamed
         if streamed(kt, use, slot):  # an online step's operand streaming through a cache
             return stream_cost(kt, use, mem, itemsize)
-    elif mem.ways:
+    elif kt.hw.compute.vector_tiles:
+        from synth.constraints.transfers import packed_moves  # builds on this module
+        packed = packed_moves(kt, use, mem, slot, itemsize)
+        if packed is not None:
+            return packed
+    if kt.kernel.online is None and mem.ways:
         from synth.constraints.transfers import aliased_moves  # builds on this module
         return aliased_moves(kt, workload, use, mem, slot, itemsize)
     return tensor_transfer_cost(kt, use, mem, slot, itemsize)
@@ -874,7 +879,10 @@ def element_bytes(kt: KernelTerms, workload: Workload, use: TensorUse, mem: Memo
     register = max(itemsize, roofline.register_bytes(kt.hw.compute))
     if vector not in use.indices:
         return register
-    return register if moving and use.indices[-1] != vector else itemsize
+    if moving and use.indices[-1] != vector:
+        from synth.constraints.transfers import packed_operand  # builds on this module
+        return itemsize if packed_operand(kt, use) else register
+    return itemsize
 
 
 def warm(workload: Workload, mem: Memory) -> bool:

@@ -36,7 +36,7 @@ from synth.constraints.cost import (
 )
 from synth.constraints.space import NamedConstraint, SlotKind, TensorUse
 from synth.hardware import Memory
-from synth.vectors import contraction, packable_operand
+from synth.vectors import contraction, pack_memory, packable_operand
 from synth.workload import Workload
 
 
@@ -259,6 +259,28 @@ def aliased_rows(mem: Memory, stride: int) -> int | None:
     if step <= line:
         return None
     return mem.ways * (way // step)
+
+
+def packed_moves(kt: KernelTerms, use: TensorUse, mem: Memory, slot: int, itemsize: int
+                 ) -> ex.Int | None:
+    """`use`'s moves into `mem` where the C emitter has packed it into contiguous panels
+    in an outer memory (`packed_operand`; `synth.emit.c_pack`: each core's L2 tile of a
+    contraction operand, laid out [blocks of the free dimensions][the reduced
+    dimensions][offsets within a block]), and `mem` is a cache inside that one but not
+    the registers (`cpu`: the L1): its tiles are then runs of the panel, not rows of
+    the tensor, so they move as their bytes, without a line per row of the tensor.
+    (Priced in the tensor's rows, attention's QK^T with K's L1 tile a column [256 x 1]
+    of a panel packed in blocks of 16 was priced 256 lines per step where it reads 16,
+    1.35 ms modelled against 0.19 measured: RESULTS.md, "Packed operands".) None where
+    this does not apply."""
+    packer = pack_memory(kt.hw)
+    names = [m.name for m in kt.hw.memories]
+    if (packer is None or mem.name == names[-1] or not mem.cache
+            or names.index(mem.name) <= names.index(packer) or not use.indices
+            or use.written or not packed_operand(kt, use)):
+        return None
+    runs = dataclasses.replace(mem.rules, multiple=itemsize)
+    return tensor_transfer_cost(kt, use, dataclasses.replace(mem, rules=runs), slot, itemsize)
 
 
 def packed_operand(kt: KernelTerms, use: TensorUse) -> bool:
