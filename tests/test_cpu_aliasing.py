@@ -10,9 +10,10 @@ import dataclasses
 
 from conftest import solve
 
+from synth.constraints import cost
 from synth.constraints import expr as ex
 from synth.constraints.result import Status
-from synth.constraints.transfers import aliased_rows
+from synth.constraints.transfers import aliased_moves, aliased_rows
 from synth.hwfile import load_hardware
 from synth.lang import parse_workload
 from synth.pipeline import encode
@@ -61,6 +62,31 @@ def test_a_column_gathered_from_aliasing_rows_costs_a_line_per_element() -> None
     assert objective((), column) > objective((), block)
     gap = objective((), column) - objective((), block)
     assert gap > objective(("l1.ways=0",), column) - objective(("l1.ways=0",), block)
+
+
+def test_more_rows_walked_at_once_cost_more() -> None:
+    """The same [16 x 4] register tile of the row sum, its L1 tile 16 rows or 64: with 64
+    rows walked at once the lines come back from the L2 at its own fill rate (no
+    prefetcher follows 64 rows a page apart), with 16 at the L1's (RESULTS.md, "Rows
+    walked at once": rownorm's `vs` ran 0.26 ms with 32-128 rows, 0.18 with 16)."""
+    few = ("V.sm.s=16", "V.sm.d=4", "Q.sm.s=1", "Q.sm.d=2", "P=1")
+    many = ("V.sm.s=16", "V.sm.d=4", "Q.sm.s=4", "Q.sm.d=2", "P=1")
+    assert l1_moves(many) > l1_moves(few)  # same register tiles, same lines per tile
+    assert objective((), many) > objective((), few)
+
+
+def l1_moves(fixes: tuple[str, ...]) -> int:
+    """The row sum's moves of x into the L1 at its optimum under `fixes`."""
+    workload = parse_workload(ROW_SUM, "<test>", "rowsum")
+    model = encode(workload, load_hardware("cpu"), fixes=fixes)
+    result = solve(model.constraints)
+    assert result.status is Status.OPTIMAL and result.env is not None, result.status
+    [kernel] = model.kernels
+    kt = cost.KernelTerms(kernel, model.factors, model.hw)
+    slot = max(i for i, s in enumerate(kt.slots) if s.name == "l1")
+    [use] = [u for u in kt.moving() if u.tensor == "x"]
+    moves = aliased_moves(kt, workload, use, model.hw.memory("l1"), slot, 4)
+    return ex.evaluate(moves, dict(result.env))
 
 
 def test_rows_that_stay_are_not_charged() -> None:

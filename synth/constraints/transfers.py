@@ -221,15 +221,44 @@ def aliased_moves(kt: KernelTerms, workload: Workload, use: TensorUse, mem: Memo
     held = aliased_rows(mem, shape[-1] * itemsize)
     if held is None:
         return normal
-    fresh = tensor_transfer_cost(kt, use, scattered(kt, use, mem), inner, itemsize)
     width = max(roofline.lanes(s, vector, workload, kt.hw.compute) for s in kt.kernel.statements)
     if held >= width:  # priced only where no tile of whole vectors fits (a select on the
         return normal  # rows made CP-SAT time out on layernorm at D=256: RESULTS.md)
     aliased = roofline.whole_vectors(kt.tile(vector, len(kt.slots) - 1), width,
                                      kt.factors.domains)
-    if isinstance(aliased, bool):
-        return fresh if aliased else normal
-    return ex.select(aliased, fresh, normal)
+    if aliased is False:
+        return normal
+    fresh = walked_moves(kt, use, mem, slot, inner, itemsize, vector, width)
+    return fresh if aliased is True else ex.select(aliased, fresh, normal)
+
+
+def walked_moves(kt: KernelTerms, use: TensorUse, mem: Memory, slot: int, inner: int,
+                 itemsize: int, vector: str, width: int) -> ex.Int:
+    """The moves of a gathered tile whose rows alias in `mem` (`aliased_moves`), by how
+    many rows its tile walks at once (its extent along the vector dimension here).
+
+    At most a vector's lanes of rows (as many lines as the prefetchers follow), each
+    register tile moves its lines again at `mem`'s own rate; more rows than that, at
+    the parent's own fill rate (lines of rows a page apart, revisited after other rows:
+    no prefetcher follows them). Measured on rownorm's `vs` (one thread, 512 x 1024 f32,
+    rows 4 KiB apart; RESULTS.md, "Rows walked at once"): with the L1 tile 128, 64 or 32
+    rows and [16-64 x 4] register tiles it ran 0.26-0.27 ms, priced 0.076 (lines at the
+    L1's rate); a [16 x 1] register tile walking 512 columns of 16 rows ran 0.16 against
+    0.17. (Pricing every register tile's lines at the parent's rate put that [16 x 1]
+    tile at 1.2 ms; so did pricing the L1 tile's own lines there when it is narrower
+    than a line, as the next columns find them still in the L1.) One select on the
+    tile's rows: CP-SAT's time on layernorm and the other built-ins was unchanged."""
+    fresh = tensor_transfer_cost(kt, use, scattered(kt, use, mem), inner, itemsize)
+    few = ex.Cmp(kt.tile(vector, slot), "<=", ex.const(width))
+    return ex.select(few, fresh, tensor_transfer_cost(
+        kt, use, unprefetched(kt, mem, scattered(kt, use, mem)), inner, itemsize))
+
+
+def unprefetched(kt: KernelTerms, mem: Memory, rates: Memory) -> Memory:
+    """`rates` (`mem`, or `scattered`'s variant of it) where its lines come from the
+    parent with no prefetcher ahead of them: at the parent's own fill rate at least."""
+    parent = kt.hw.memories[kt.hw.memories.index(mem) - 1]
+    return dataclasses.replace(rates, ps_per_byte=max(parent.ps_per_byte, rates.ps_per_byte))
 
 
 def scattered(kt: KernelTerms, use: TensorUse, mem: Memory) -> Memory:
