@@ -208,8 +208,8 @@ def aliased_moves(kt: KernelTerms, workload: Workload, use: TensorUse, mem: Memo
     are priced at that
     inner slot's tiles and loops (at this memory's rates and line), and otherwise as
     usual. (The emitter gathers a register tile a vector at a time, its lanes from
-    consecutive rows; reading each row's elements of the tile in a row instead ran 2x
-    slower: RESULTS.md, "Gathered row reductions".)"""
+    consecutive rows, with the ISA's gather; reading each row's elements of the tile in
+    a row instead ran 2x slower: RESULTS.md, "Gathered row reductions".)"""
     normal = tensor_transfer_cost(kt, use, mem, slot, itemsize)
     inner = next((i for i in range(slot + 1, len(kt.slots))
                   if kt.slots[i].kind is SlotKind.TEMPORAL), None)

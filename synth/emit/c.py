@@ -647,13 +647,18 @@ class KernelWriter:
                         code(f"{slot} = vload_{suffix}(&{element});")
                     else:
                         code(f"vstore_{suffix}(&{element}, {slot});")
+                elif load:  # strided along the vector dimension: gathered (synth_vec.h)
+                    lane = dict(offsets)
+                    lane[local.vector] = f"{at[local.vector]} * {self.lanes} + 1"
+                    second = self.element(decl, root, pack, lane)
+                    code(f"{slot} = vgather_{suffix}(&{element}, "
+                         f"(int64_t)(&{second} - &{element}));")
                 else:  # strided along the vector dimension: lane by lane
                     lane = dict(offsets)
                     lane[local.vector] = f"{at[local.vector]} * {self.lanes} + l_"
                     lane_element = self.element(decl, root, pack, lane)
                     with self.w.for_loop(code, "l_", self.lanes):
-                        code(f"{slot}[l_] = {lane_element};" if load
-                             else f"{lane_element} = {slot}[l_];")
+                        code(f"{lane_element} = {slot}[l_];")
             return
         bounds = self.bounds(decl.dims, decl.origin, decl.shape)
         with self.tile_loops(code, decl.dims, decl.shape, bounds) as at:

@@ -55,6 +55,38 @@ static inline vi32 vsplat_i32(int32_t x) {
 #endif
 }
 
+/* a vector whose lane l is p[l * stride] (a tile gathered along its rows): the ISA's
+ * gather where the offsets fit 32 bits, else lane by lane into a register. Writing the
+ * lanes into a vector variable one by one, then using it, stalls on store forwarding:
+ * a row sum's [16 x 2] register tiles so ran 0.48 ms against 0.10 with the gather
+ * (rownorm, RESULTS.md "Gathered loads"). */
+#define SYNTH_GATHER(T, V, P, S, ISA512, ISA256, CAST)                                  \
+    if ((S) > 0 && (S) * (SYNTH_W - 1) <= INT32_MAX) { ISA512 ISA256 }                   \
+    T l_[SYNTH_W];                                                                        \
+    for (int l = 0; l < SYNTH_W; l++) l_[l] = (P)[l * (S)];                               \
+    return CAST(l_);
+#if SYNTH_VB == 64 && defined(__AVX512F__)
+#define SYNTH_G512(I, P, F) return (I)F(_mm512_mullo_epi32(_mm512_set_epi32(              \
+    15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0), _mm512_set1_epi32((int)stride)), \
+    (P), 4);
+#else
+#define SYNTH_G512(I, P, F)
+#endif
+#if SYNTH_VB == 32 && defined(__AVX2__)
+#define SYNTH_G256(I, P, F) return (I)F(P, _mm256_mullo_epi32(_mm256_set_epi32(           \
+    7, 6, 5, 4, 3, 2, 1, 0), _mm256_set1_epi32((int)stride)), 4);
+#else
+#define SYNTH_G256(I, P, F)
+#endif
+static inline vf32 vgather_f32(const float *p, int64_t stride) {
+    SYNTH_GATHER(float, vf32, p, stride, SYNTH_G512(vf32, p, _mm512_i32gather_ps),
+                 SYNTH_G256(vf32, p, _mm256_i32gather_ps), vload_f32)
+}
+static inline vi32 vgather_i32(const int32_t *p, int64_t stride) {
+    SYNTH_GATHER(int32_t, vi32, p, stride, SYNTH_G512(vi32, p, _mm512_i32gather_epi32),
+                 SYNTH_G256(vi32, p, _mm256_i32gather_epi32), vload_i32)
+}
+
 /* m ? a : b per lane, m from a vector comparison (all ones or all zeros) */
 static inline vf32 vselect_f32(vi32 m, vf32 a, vf32 b) {
     return (vf32)((m & (vi32)a) | (~m & (vi32)b));
