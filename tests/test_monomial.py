@@ -117,3 +117,30 @@ def test_monomial_values_and_logarithms() -> None:
     assert [monomial.log2(v) for v in (1, 2, 64, 3, 0, -4)] == [0, 1, 6, None, None, None]
     assert np.array_equal(np.array([m.value(s).denominator == 1 for s in range(5)]),
                           np.array([False, False, True, True, True]))
+
+
+def test_a_part_the_products_did_not_settle_starts_over_exponents_next_time(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first solve of a part records it as hard when the lowering as products does
+    not settle it; solving the same part again (another cover, another cutoff) lowers
+    it over exponents only, and finds the same optimum."""
+    monkeypatch.setattr(cpsat, "FIRST_WORK_S", 0.0)  # no part is settled as products
+    lowered: list[bool] = []
+    real = cpsat._lowered
+
+    def spy(cset: ConstraintSet, cutoff: int | None, memo: object, monomials: bool
+            ) -> cpsat.Lowering:
+        lowered.append(monomials)
+        return real(cset, cutoff, memo, monomials)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(cpsat, "_lowered", spy)
+    part = max(parts(CASES[0]), key=lambda p: len(p.decisions))
+    effort = cpsat.Effort(work_limit_s=WORK_S)
+    hard: set[frozenset[str]] = set()
+    first = cpsat._solve_part(part, 600.0, effort, hard=hard)
+    assert lowered == [False, True] and hard == {frozenset(part.decisions)}
+    lowered.clear()
+    again = cpsat._solve_part(part, 600.0, effort, cutoff=first.objective, hard=hard)
+    assert lowered == [True]
+    assert first.status is again.status is Status.OPTIMAL
+    assert again.objective == first.objective

@@ -419,7 +419,7 @@ def _solve_cover(cover: ConstraintSet, time_limit_s: float, cutoff: int | None,
                  effort: Effort, solved: PartCache) -> SolveResult:
     """A set whose fusion is fixed (a cover, or one candidate kernel): part by part."""
     return solve_by_parts(cover, time_limit_s, "cpsat", lambda part, left, share: (
-        _solve_part(part, left, effort, share, solved.bounds)), solved, cutoff)
+        _solve_part(part, left, effort, share, solved.bounds, solved.hard)), solved, cutoff)
 
 
 def _solve_elsewhere(cover: ConstraintSet, time_limit_s: float, cutoff: int | None,
@@ -476,10 +476,13 @@ def _without_cycle_collection() -> Iterator[None]:
 
 
 def _solve_part(cset: ConstraintSet, time_limit_s: float, effort: Effort,
-                cutoff: int | None = None, bounds_memo: ex.BoundsMemo | None = None
-                ) -> SolveResult:
+                cutoff: int | None = None, bounds_memo: ex.BoundsMemo | None = None,
+                hard: set[frozenset[str]] | None = None) -> SolveResult:
     """The optimum of one part; with `cutoff`, INFEASIBLE when none is at most that.
-    `bounds_memo` is shared by the parts of one problem (see `Lowering`).
+    `bounds_memo` is shared by the parts of one problem (see `Lowering`). `hard`: the
+    decisions of parts the lowering as products did not settle within `FIRST_WORK_S`
+    (recorded here); the same part solved again, with another cutoff, starts over
+    exponents.
 
     Without CP-SAT's presolve (`_configured`): on these models it costs more than it
     saves. It computes exact domains of long linear sums of small-range factors with
@@ -498,27 +501,35 @@ def _solve_part(cset: ConstraintSet, time_limit_s: float, effort: Effort,
             return SolveResult("cpsat", Status.INFEASIBLE, 0.0)
         return SolveResult("cpsat", Status.OPTIMAL, 0.0, env, value, value)
     start = time.perf_counter()
-    # cheap first: most parts are proved within a fraction of a second as products
-    lowering = _lowered(cset, cutoff, bounds_memo, monomials=False)
-    first_work = FIRST_WORK_S if effort.work_limit_s is None else min(
-        FIRST_WORK_S, effort.work_limit_s)
-    solver = _configured(time_limit_s, effort.workers, first_work)
-    code = solver.solve(lowering.model)
-    first = result_of(solver, code, lowering, time.perf_counter() - start)
-    if first.status in (Status.OPTIMAL, Status.INFEASIBLE):
-        return first
+    decided = frozenset(cset.decisions)
+    first: SolveResult | None = None
+    used = 0.0  # deterministic time of the first attempt
+    if hard is None or decided not in hard:
+        # cheap first: most parts are proved within a fraction of a second as products
+        lowering = _lowered(cset, cutoff, bounds_memo, monomials=False)
+        first_work = FIRST_WORK_S if effort.work_limit_s is None else min(
+            FIRST_WORK_S, effort.work_limit_s)
+        solver = _configured(time_limit_s, effort.workers, first_work)
+        code = solver.solve(lowering.model)
+        first = result_of(solver, code, lowering, time.perf_counter() - start)
+        if first.status in (Status.OPTIMAL, Status.INFEASIBLE):
+            return first
+        used = solver.deterministic_time
+        if hard is not None:
+            hard.add(decided)
     # a hard part: again over exponents (see `monomial`), from the best schedule so far
     lowering = _lowered(cset, cutoff, bounds_memo, monomials=True)
-    if first.env is not None:
+    if first is not None and first.env is not None:
         for name in cset.decisions:
             lowering.model.add_hint(lowering.vars[name], first.env[name])
     lowering.add_dimension_tables()
-    work_left = None if effort.work_limit_s is None else max(
-        effort.work_limit_s - solver.deterministic_time, 0.0)
+    work_left = None if effort.work_limit_s is None else max(effort.work_limit_s - used, 0.0)
     elapsed = time.perf_counter() - start
     solver = _configured(max(time_limit_s - elapsed, 0.0), effort.workers, work_left)
     code = solver.solve(lowering.model)
     second = result_of(solver, code, lowering, time.perf_counter() - start)
+    if first is None:
+        return second
     stats = {key: _count(first, key) + _count(second, key) for key in ("branches", "conflicts")}
     if second.env is None and first.env is not None:  # out of time before a schedule
         return dataclasses.replace(first, wall_s=second.wall_s, stats=stats)

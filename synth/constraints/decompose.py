@@ -169,6 +169,9 @@ class PartCache:
 
     # `part_shape` by `part_key`: the same part recurs in many covers
     shapes: dict[object, Shape] = dataclasses.field(default_factory=dict)
+    # the decisions of parts a solver's cheap first attempt did not settle: the same
+    # part again (another cover, another cutoff) skips it (`cpsat._solve_part`)
+    hard: set[frozenset[str]] = dataclasses.field(default_factory=set)
 
     def shape(self, part: ConstraintSet) -> Shape:
         key = part_key(part)
