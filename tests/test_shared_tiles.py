@@ -6,7 +6,8 @@ C (one WRAM array, the load between barriers, also where the region has fewer ta
 than the program); the terms (one move per DPU with its barriers, the bytes once per
 DPU) against a hand count and the verifier's; the capacity rejecting a shared block too
 large; shared tiles that are written or differ per tasklet refused; and the solver
-choosing the online kernel with shared blocks at S = 4096."""
+choosing the online kernel with shared blocks at S = 4096; the interpreter holding the
+shared tile once per DPU."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import dataclasses
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 from conftest import SMALL_UPMEM, Case, build, forced, solve
 from test_online_split import every_check_passes
@@ -26,9 +28,11 @@ from synth.constraints.sharing import shared_cost
 from synth.constraints.user import user_constraints
 from synth.errors import IRError
 from synth.hwfile import load_hardware
+from synth.ir.interpret import Machine, interpret
 from synth.ir.nodes import Alloc, BufferDecl, Fill, Kernel, Load, Loop, Node, Program, walk
 from synth.ir.prove import prove
 from synth.ir.verify import KernelCheck, verify
+from synth.reference import evaluate_errors, make_inputs
 
 needs_make = pytest.mark.skipif(shutil.which("cc") is None or shutil.which("make") is None,
                                 reason="needs a C compiler and make")
@@ -179,3 +183,24 @@ def test_the_solver_chooses_shared_blocks_and_the_online_kernel_at_4096() -> Non
     assert apart.env is not None and apart.env[f"online.{KERNEL}"] == 0
     assert result.objective is not None and apart.objective is not None
     assert result.objective < apart.objective
+
+
+def test_the_interpreter_holds_a_shared_tile_once_per_dpu(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    built, program = forced(ATTENTION, *SHARED)
+    shapes: dict[str, tuple[tuple[str, ...], tuple[int, ...]]] = {}
+    allocate = Machine.allocate
+
+    def recording(self: Machine, decl: BufferDecl, poisoned: bool) -> None:
+        allocate(self, decl, poisoned)
+        shapes[decl.name] = (tuple(v.name for v in self.grid),
+                             self.buffers[decl.name].values.shape)
+
+    monkeypatch.setattr(Machine, "allocate", recording)
+    inputs = make_inputs(built.workload, 0)
+    got = interpret(program, built.workload, inputs)
+    expected, _ = evaluate_errors(built.workload, inputs)
+    np.testing.assert_allclose(got["O"], expected["O"], rtol=1e-4, atol=1e-6)
+    # the grid: ranks, DPUs and tasklets over the rows; K's tile has one tasklet axis
+    assert shapes["K_wram"] == (("r_i", "d_i", "t_i"), (2, 4, 1, 8, 16))
+    assert shapes["Q_wram"] == (("r_i", "d_i", "t_i"), (2, 4, 4, 2, 16))

@@ -18,8 +18,10 @@ chosen only where the units are several (`implied`). Only read-only operands qua
 a tile the units write would need their writes ordered too.
 
 Built on `synth.constraints.cost`; the materialiser marks the buffer
-(`ir.nodes.BufferDecl.shared`), the verifier and prover count it once per instance, and
-`--emit upmem` writes one WRAM array with the load between barriers.
+(`ir.nodes.BufferDecl.shared`), the verifier and prover count it once per instance, the
+interpreter holds and loads it once for the sharing units, and `--emit upmem` writes one
+WRAM array with the load between barriers. Only the innermost memory, where it is neither
+a cache nor double buffered (the price assumes transfers that do not overlap).
 """
 
 from __future__ import annotations

@@ -278,7 +278,11 @@ class TilePlace:
     def _arrays(self) -> tuple[tuple, Array]:
         m, node, decl = self.frame.m, self.frame.node, self.state.decl
         trailing = len(node.dims)
-        index: list[int | Array] = [m.value(v, trailing) for v in self.state.instance_loops]
+        # a grid axis along which the buffer holds one tile (shared by the units of a
+        # parallel loop, `BufferDecl.shared`) is indexed at 0 by every unit
+        index: list[int | Array] = [
+            0 if self.state.values.shape[axis] == 1 else m.value(v, trailing)
+            for axis, v in enumerate(self.state.instance_loops)]
         mask: Array = np.ones((1,) * (len(m.grid) + trailing), dtype=bool)
         for axis, k in enumerate(self.positions):
             local = self.frame.coords[k] - m.affine(decl.origin[axis], trailing)

@@ -79,7 +79,8 @@ class BufferState:
     init: Array  # which elements hold data
     instance_loops: tuple[str, ...]  # grid loops around the allocation (leading axes)
     complete: bool | None = False  # every element holds data (None: not known, ask `init`)
-    # batched reduction loops along which it holds one tile (an axis of extent 1)
+    # batched reduction loops (or parallel loops whose units share it) along which it
+    # holds one tile (an axis of extent 1)
     shared: frozenset[str] = frozenset()
 
     def is_complete(self) -> bool:
@@ -220,8 +221,10 @@ class Machine:
 
     def allocate(self, decl: BufferDecl, poisoned: bool) -> None:
         """A fresh buffer with one tile per unit of the grid; a promoted one (`fold_plan`)
-        has one tile for all iterations of the batched loops that share it."""
-        shared = self.promoted.get(decl.name, frozenset())
+        has one tile for all iterations of the batched loops that share it, and a tile
+        the units of parallel loops share (`BufferDecl.shared`: UPMEM tasklets' K and V
+        blocks) one for all of them, loaded once (`_once_per_share`)."""
+        shared = self.promoted.get(decl.name, frozenset()) | frozenset(decl.shared)
         with self.collapsed(shared):
             state = self._fresh(decl, tuple(v.name for v in self.grid), poisoned)
         state.shared = shared
