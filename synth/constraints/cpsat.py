@@ -557,12 +557,13 @@ def _count(result: SolveResult, key: str) -> int:
 # Deterministic seconds CP-SAT gets on a part as products before it is lowered again
 # over exponents (`monomial`) with tables for the dimensions that are not (`tables`):
 # most parts are proved within it, and on those the second lowering costs more than it
-# saves (a cpu part: 0.1-0.5 deterministic s as products, 0.35-1.2 over exponents),
-# while a GEMM on upmem takes 2.6 as products and 0.3 over exponents. Whole solves of
-# 16 hard built-in cases (upmem / cpu / aie totals, process CPU s; RESULTS.md): 0.5:
-# 41.9 / 15.2 / 29.7; 0.15: 32.8 / 15.0 / 25.5; 0.08: 30.0 / 13.6 / 24.1; 0.03: 25.4 /
-# 22.6 / 22.4 (layernorm/cpu 1.4 -> 5.3 s, fa6/cpu 0.7 -> 3.9).
-FIRST_WORK_S = 0.1
+# saves, while a GEMM on upmem takes 2.6 as products and 0.3 over exponents. Whole
+# solves (process CPU s; RESULTS.md "How long a part runs as products first"): 0.1 was
+# chosen over 0.5 / 0.15 / 0.08 / 0.03 while layernorm/cpu and fa6/cpu needed up to
+# 0.1 as products (at 0.03: 4-5x slower); since the cpu model's chains are a select
+# they do not, and 16 cases (upmem / cpu / aie totals) at 0.1: 38.8 / 11.3 / 24.9,
+# 0.05: 34.7 / 10.3 / 21.4.
+FIRST_WORK_S = 0.05
 
 
 def _configured(time_limit_s: float, workers: int, work_limit_s: float | None
