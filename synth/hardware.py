@@ -232,6 +232,12 @@ class Hardware:
     def level_index(self, name: str) -> int:
         return [lvl.name for lvl in self.levels].index(name)
 
+    def shares_instance(self, mem: Memory, level_index: int) -> bool:
+        """Whether the units of the level at `level_index` share one instance of `mem`:
+        the level lies inside the memory's instance level and at or above its owner
+        (UPMEM: the tasklets of a DPU, under its WRAM)."""
+        return self.level_index(mem.instance_level) < level_index <= self.level_index(mem.level)
+
     @property
     def count_symbols(self) -> tuple[str, ...]:
         return tuple(lvl.symbol for lvl in self.levels if lvl.symbol is not None)

@@ -65,8 +65,7 @@ def combine_cost(kt: KernelTerms, workload: Workload) -> ex.Int:
 def shared_memory(hw: Hardware, level_index: int) -> Memory | None:
     """The innermost memory below the root that the units of a level share (UPMEM:
     tasklets share their DPU's WRAM), or None: where their partial results can meet."""
-    shared = [m for m in hw.memories[1:]
-              if hw.level_index(m.instance_level) < level_index <= hw.level_index(m.level)]
+    shared = [m for m in hw.memories[1:] if hw.shares_instance(m, level_index)]
     return shared[-1] if shared else None
 
 

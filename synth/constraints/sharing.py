@@ -152,8 +152,6 @@ def shared_cost(kt: KernelTerms, workload: Workload) -> ex.Int:
     return ex.add(*total)
 
 
-
-
 def _barriers(kt: KernelTerms, use: TensorUse) -> list[ex.Int]:
     """One barrier of the units sharing `use`'s tile each time it moves: the level's
     fixed cost per move, and its cost per unit meeting per move (`combines.barrier_cost`).

@@ -187,9 +187,8 @@ class KernelBuilder:
         if use.tensor not in self.shared or slot != len(self.slots) - 1:
             return ()
         hw = self.model.hw
-        instance, owner = hw.level_index(mem.instance_level), hw.level_index(mem.level)
         return tuple(v.name for _, v in self.loops[:depth] if v.kind is LoopKind.PARALLEL
-                     and instance < hw.level_index(v.where) <= owner)
+                     and hw.shares_instance(mem, hw.level_index(v.where)))
 
     def _root_partial_loops(self, use: TensorUse) -> tuple[str, ...]:
         return tuple(v.name for s, v in self.loops if self._splits_reduction(s, v, use))

@@ -189,12 +189,11 @@ class KernelCheck:
         if not buf.shared:
             return
         mem = self.hw.memory(buf.memory)
-        instance = self.hw.level_index(mem.instance_level)
         loops = {v.name: v for v in scope.loops}
         for name in buf.shared:
             var = loops.get(name)
             if var is None or var.kind is not LoopKind.PARALLEL or not (
-                    instance < self.hw.level_index(var.where) <= self.hw.level_index(mem.level)):
+                    self.hw.shares_instance(mem, self.hw.level_index(var.where))):
                 raise IRError(f"buffer {buf.name}: expected the units sharing it ({name}) "
                               f"a parallel loop around it whose units share one "
                               f"{mem.name}, got {var.where if var else 'no such loop'}")
