@@ -478,7 +478,7 @@ def tune_table(base: Request, axes: Sequence[tune.Axis],
 
     first = next((r.outcome for r in results if r.outcome is not None), None)
     name = first.workload.name if first else base.workload
-    hw = first.hardware.name if first else base.hardware
+    hw = ", ".join(tune.hardware_names(base, results))
     table = Table(title=f"Variants of {name} on {hw}", box=box.SIMPLE_HEAD,
                   title_justify="left", collapse_padding=True, pad_edge=False)
     table.add_column("#", justify="right", no_wrap=True)
@@ -565,14 +565,15 @@ def run_tune(base: Request, vary: Sequence[str], as_json: bool, csv_path: Path |
 def tune_command(
     workload: Annotated[str, typer.Argument(
         metavar="WORKLOAD", help="A built-in workload name (see `synth list`) or a .syn file.")],
-    hw: Annotated[str, typer.Option(
-        "--hw", help="A built-in hardware model name or a .toml file.")],
+    hw: Annotated[str | None, typer.Option(
+        "--hw", help="A built-in hardware model name or a .toml file (may be left out "
+                     "with --vary hw=...).")] = None,
     vary: Annotated[list[str] | None, typer.Option(
         "--vary", metavar="KEY=V1,V2,...",
         help="Solve once per value (repeatable; variants are the product of all --vary). "
              "KEY: a hardware key (wram.capacity, hw:KEY) or a variable (T, fix:VAR) "
              "fixed to each value; drop:GROUP with on (dropped) / off (kept); set:NAME, "
-             "a problem size.")] = None,
+             "a problem size; hw, the hardware model (hw=upmem,aie).")] = None,
     sizes: Annotated[list[str] | None, typer.Option(
         "--set", metavar="NAME=INT", help="Override a problem size for every variant.")] = None,
     hw_set: Annotated[list[str] | None, typer.Option(
@@ -612,9 +613,15 @@ def tune_command(
     def action() -> int:
         sized = parse_size_settings(sizes or [])
         solver_name, limit = check_solver(solver), check_time_limit(time_limit)
+        from synth import tune
         from synth.pipeline import Request
 
-        base = Request(workload, hw, sized, tuple(hw_set or []), solver_name, limit,
+        models = tune.model_axis(vary or [])
+        if hw is None and models is None:
+            raise InputError("synth tune needs --hw HW (a built-in model or a .toml file), "
+                             "or --vary hw=HW1,HW2,... to compare models")
+        model = hw if hw is not None else models[1][0] if models is not None else ""
+        base = Request(workload, model, sized, tuple(hw_set or []), solver_name, limit,
                        validate=validate, constraints=tuple(constraint or []),
                        fixes=tuple(fix or []), drops=tuple(drop or []), binding=binding)
         return run_tune(base, vary or [], as_json, csv_path)

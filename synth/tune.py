@@ -7,12 +7,17 @@ axes (the first `--vary` varies slowest). A KEY is one of
     fix:VAR  or a bare variable       a `--fix`: T=8,16, fix:Q.y.i=64,128
     drop:GROUP                        `on` drops the group (`--drop GROUP`), `off` keeps it
     set:NAME                          a problem size (`--set`): set:N=4096,8192
+    hw                                the hardware model (`--hw`): hw=upmem,aie
 
 The rule for a bare KEY: it is a hardware parameter when `--hw-set` accepts it for the
 model, else a schedule variable when `--fix` accepts it (the names `--show-constraints`
 lists); a key that is both is ambiguous and must be written `hw:KEY` or `fix:VAR`; a key
 that is neither is an error naming the closest of both. Sizes and drops always need their
-prefix (a size `M` and a slot symbol `M` would otherwise be easy to confuse).
+prefix (a size `M` and a slot symbol `M` would otherwise be easy to confuse). With
+`hw=MODEL,...` the model is an axis like the others (`--hw` may then be left out, or be
+one of the models): the other keys are checked against every model's names, and each
+variant on its own model (a key only one model has stops the tune before it runs; a
+sweep, `synth sweep`, restricts a variant to some models).
 
 Everything a user can get wrong is checked before any solve (exit 2): the keys, every
 value, and every variant's parse/hardware/encode stages (cheap: milliseconds), so a long
@@ -39,7 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from synth import pipeline, report
+from synth import hwfile, pipeline, report
 from synth.constraints import user
 from synth.constraints.result import Status
 from synth.errors import InputError, SynthError
@@ -48,6 +53,7 @@ from synth.limits import MAX_SIZE, is_int, parse_int, to_int
 from synth.pipeline import Outcome, Request
 
 KINDS = ("hw", "fix", "drop", "set")
+MODEL_KEY = "hw"  # `--vary hw=upmem,aie`: the hardware model itself (kind "model")
 DROP_VALUES = {"on": True, "off": False}
 
 
@@ -133,6 +139,39 @@ def _names(base: Request) -> _Names:
                   list(workload.sizes), droppable)
 
 
+def _all_names(base: Request, models: Sequence[str]) -> _Names:
+    """What the base request offers to vary on any of `models` (every name once)."""
+    per = [_names(dataclasses.replace(base, hardware=m)) for m in models]
+
+    def union(kind: str) -> list[str]:
+        return list(dict.fromkeys(n for names in per for n in getattr(names, kind)))
+
+    return _Names(union("hw_keys"), union("variables"), union("sizes"), union("groups"))
+
+
+def model_axis(texts: Sequence[str]) -> tuple[str, tuple[str, ...]] | None:
+    """`--vary hw=MODEL,...` among `texts` and its models (syntax only); None without."""
+    for text in texts:
+        _, prefix, key, values = split_vary(text)
+        if prefix == "" and key == MODEL_KEY:
+            return text, values
+    return None
+
+
+def _check_models(text: str, values: Sequence[str], base: Request) -> None:
+    """Every model of `--vary hw=...` loads with the base overrides; `--hw`, when given,
+    is one of them."""
+    where = f"--vary {text}"
+    for value in values:
+        try:
+            hwfile.load_hardware(value, base.hw_overrides)
+        except InputError as exc:
+            raise InputError(f"{where}: {exc}") from None
+    if base.hardware not in values:
+        raise InputError(f"{where}: the hardware model is varied and --hw {base.hardware} "
+                         f"is not one of its values; leave --hw out")
+
+
 def _unknown_bare(key: str, names: _Names, where: str) -> InputError:
     """A bare key that is neither a hardware key nor a variable: the closest names of
     every kind, written the way `--vary` accepts them (`set:N`, `drop:capacity.wram`)."""
@@ -150,6 +189,8 @@ def _unknown_bare(key: str, names: _Names, where: str) -> InputError:
 def _resolve(text: str, prefix: str, key: str, names: _Names) -> str:
     """The kind of a `--vary` key, checked against the names the base request offers."""
     where = f"--vary {text}"
+    if prefix == "" and key == MODEL_KEY:
+        return "model"
     if prefix == "":
         is_hw, is_var = key in names.hw_keys, key in names.variables
         if is_hw and is_var:
@@ -206,10 +247,15 @@ def _check_not_base(axis: Axis, base: Request, where: str) -> None:
 
 
 def parse_axes(texts: Sequence[str], base: Request) -> list[Axis]:
-    """The `--vary` options as axes, every key and value checked (InputError: exit 2)."""
+    """The `--vary` options as axes, every key and value checked (InputError: exit 2).
+    With `--vary hw=...`, `base.hardware` is one of its models (`cli` puts the first
+    there when `--hw` is left out)."""
     if not texts:
         raise InputError("synth tune needs at least one --vary KEY=V1,V2,...")
-    names = _names(base)
+    models = model_axis(texts)
+    if models is not None:
+        _check_models(*models, base)
+    names = _all_names(base, models[1]) if models is not None else _names(base)
     axes: list[Axis] = []
     for text in texts:
         label, prefix, key, values = split_vary(text)
@@ -229,10 +275,12 @@ def parse_axes(texts: Sequence[str], base: Request) -> list[Axis]:
 
 
 def _request(base: Request, axes: Sequence[Axis], values: Sequence[str]) -> Request:
-    sizes = dict(base.sizes)
+    sizes, model = dict(base.sizes), base.hardware
     hw, fixes, drops = list(base.hw_overrides), list(base.fixes), list(base.drops)
     for axis, value in zip(axes, values, strict=True):
-        if axis.kind == "set":
+        if axis.kind == "model":
+            model = value
+        elif axis.kind == "set":
             sizes[axis.key] = to_int(value)
         elif axis.kind == "hw":
             hw.append(f"{axis.key}={value}")
@@ -240,8 +288,8 @@ def _request(base: Request, axes: Sequence[Axis], values: Sequence[str]) -> Requ
             fixes.append(f"{axis.key}={value}")
         elif DROP_VALUES[value.lower()]:
             drops.append(axis.key)
-    return dataclasses.replace(base, sizes=sizes, hw_overrides=tuple(hw), fixes=tuple(fixes),
-                               drops=tuple(drops))
+    return dataclasses.replace(base, hardware=model, sizes=sizes, hw_overrides=tuple(hw),
+                               fixes=tuple(fixes), drops=tuple(drops))
 
 
 def make_variants(base: Request, axes: Sequence[Axis]) -> list[Variant]:
@@ -256,7 +304,10 @@ def make_variants(base: Request, axes: Sequence[Axis]) -> list[Variant]:
             pipeline.encode(pipeline.parse(request), pipeline.hardware(request),
                             request.constraints, request.fixes, request.drops)
         except InputError as exc:
-            raise InputError(f"variant {index} ({variant.describe()}): {exc}") from None
+            hint = (" (a setting only some of the models have: synth sweep runs a "
+                    "variant on some models only, docs/sweep.md)"
+                    if any(a.kind == "model" for a in axes) else "")
+            raise InputError(f"variant {index} ({variant.describe()}): {exc}{hint}") from None
         variants.append(variant)
     return variants
 
@@ -380,13 +431,23 @@ def row(result: VariantResult, best: Mapping[SizesKey, int] | None = None
     })
 
 
+def hardware_names(base: Request, results: Sequence[VariantResult]) -> list[str]:
+    """The hardware models of the variants (their names, once each, in order)."""
+    names = [r.outcome.hardware.name if r.outcome is not None else r.variant.request.hardware
+             for r in results]
+    return list(dict.fromkeys(names)) or [base.hardware]
+
+
 def to_json(base: Request, axes: Sequence[Axis],
             results: Sequence[VariantResult]) -> dict[str, Any]:
+    """`hardware` is the model's name, or the list of them with `--vary hw=...`."""
     first = next((r.outcome for r in results if r.outcome is not None), None)
     best = best_costs(results)
+    models = hardware_names(base, results)
+    varied = any(a.kind == "model" for a in axes)
     return report.jsonable({
         "workload": first.workload.name if first else base.workload,
-        "hardware": first.hardware.name if first else base.hardware,
+        "hardware": models if varied else models[0],
         "vary": {a.label: {"kind": a.kind, "key": a.key, "values": list(a.values)}
                  for a in axes},
         "variants": [row(r, best) for r in results],

@@ -55,12 +55,18 @@ def costs(rows: list[dict[str, Any]]) -> dict[tuple[Any, ...], int]:
 
 
 @pytest.fixture(scope="module")
-def swept(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+def swept_process(tmp_path_factory: pytest.TempPathFactory
+                  ) -> tuple[Path, subprocess.CompletedProcess[str]]:
     """The small sweep, run once as `synth sweep` in its own process, 2 workers."""
     out = tmp_path_factory.mktemp("sweep") / "out"
     run = sweep_process(*SMALL, "--out", str(out), "--workers", "2")
     assert run.returncode == 0, run.stderr
-    return out, run.stdout
+    return out, run
+
+
+@pytest.fixture(scope="module")
+def swept(swept_process: tuple[Path, subprocess.CompletedProcess[str]]) -> tuple[Path, str]:
+    return swept_process[0], swept_process[1].stdout
 
 
 @pytest.fixture
@@ -94,6 +100,18 @@ def test_a_small_sweep_end_to_end(swept: tuple[Path, str]) -> None:
     assert costs(rows)["va", "cpu", 4096] == outcome.result.objective
 
 
+def test_without_a_terminal_each_finished_point_is_a_line_with_an_eta(
+        swept_process: tuple[Path, subprocess.CompletedProcess[str]]) -> None:
+    """stderr is a pipe here: instead of the bar, one line per point as it finishes."""
+    lines = swept_process[1].stderr.splitlines()
+    assert len(lines) == 8
+    pattern = re.compile(r"^\[(\d)/8 \d+s eta \d+s\] (softmax|va) N=(1024|4096) on "
+                         r"(upmem|cpu) \(base, cpsat\): optimal$")
+    matches = [pattern.match(line) for line in lines]
+    assert all(matches), lines
+    assert [int(m[1]) for m in matches if m] == list(range(1, 9))
+
+
 def test_csv_has_the_rows_with_nested_values_spread(swept: tuple[Path, str]) -> None:
     out, _ = swept
     with (out / store.CSV_NAME).open(newline="", encoding="utf-8") as handle:
@@ -107,6 +125,8 @@ def test_csv_has_the_rows_with_nested_values_spread(swept: tuple[Path, str]) -> 
         assert sum(parts) == pytest.approx(row["cost_s"])
         for symbol, value in row["counts"].items():
             assert record[f"count.{symbol}"] == str(value)
+        assert record["variables"] == " ".join(f"{k}={v}" for k, v in row["variables"].items())
+        assert set(row["counts"]) <= set(row["variables"]) and len(row["variables"]) > 3
 
 
 def test_plots_are_images_with_one_series_per_hardware_model(swept: tuple[Path, str]
@@ -221,6 +241,25 @@ def test_an_interrupted_sweep_keeps_what_it_finished(
     assert [r["index"] for r in read_rows(out)] == [1, 2]
 
 
+def test_results_jsonl_grows_as_points_finish(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """While a sweep runs, each finished point is a line of results.jsonl at once (in the
+    order they finish); at the end the file is in the sweep's order."""
+    out = tmp_path / "out"
+    seen: list[list[int]] = []
+
+    def backwards(todo: Any, workers: int, emit_root: Any) -> Iterator[Any]:
+        for point in reversed(todo[:3]):
+            yield point, task.run(point, emit_root), True
+            seen.append([r["index"] for r in read_rows(out)])
+
+    monkeypatch.setattr(execute, "local", backwards)
+    flags = Flags(str(out), workloads=["va"], hardware=["cpu"], sizes=["N=64,128,256"])
+    assert command.main(flags) == 0
+    assert seen == [[3], [3, 2], [3, 2, 1]]
+    assert [r["index"] for r in read_rows(out)] == [1, 2, 3]
+
+
 def test_keys_follow_what_decides_a_result() -> None:
     def keys(**changes: Any) -> list[str]:
         flags = Flags("unused", **{**SMALL_FLAGS, **changes})
@@ -328,6 +367,22 @@ def dask_cluster(tmp_path: Path) -> Iterator[str]:
             process.wait(timeout=60)
 
 
+def test_a_dask_address_nothing_answers_at_exits_2_and_writes_nothing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    monkeypatch.setattr(execute, "CONNECT_TIMEOUT_S", 1)
+    address = f"tcp://127.0.0.1:{port}"
+    out = tmp_path / "out"
+    with pytest.raises(InputError, match=f"--dask {address}: cannot connect to a Dask "
+                                         f"scheduler there"):
+        command.main(Flags(str(out), workloads=["va"], hardware=["cpu"], dask=address))
+    assert f"connecting to the Dask scheduler at {address}" in capsys.readouterr().err
+    assert not out.exists()
+
+
 def test_dask_scheduler_and_worker_processes(dask_cluster: str, tmp_path: Path) -> None:
     out = tmp_path / "out"
     flags = Flags(str(out), workloads=["softmax"], hardware=["upmem,cpu"],
@@ -424,6 +479,11 @@ BAD_FLAGS = [
     (["--dask", "tcp://127.0.0.1:1", "--workers", "2"], "--workers 2: a Dask cluster"),
     (["--baseline", "hw:aie"], "--baseline hw:aie: unknown hardware model of the sweep"),
     (["--emit", "cuda"], "--emit cuda: unknown target"),  # c is a target since issue 11
+    (["--dask", "127.0.0.1:99999"], "--dask 127.0.0.1:99999: port 99999 is not a TCP port"),
+    (["--variant", "few@upmen: T <= 4"], "--variant few@upmen: T <= 4 hardware: unknown "
+                                         "hardware 'upmen'; did you mean upmem?"),
+    (["--variant", "few: T <= 4"], "--variant few: T <= 4, on softmax and cpu: "
+                                   "--constraint 'T <= 4': unknown name 'T'"),
 ]
 
 
@@ -436,6 +496,16 @@ def test_bad_flags_exit_2_naming_the_flag(extra: list[str], message: str,
     assert result.exit_code == 2, result.output
     assert result.stderr.startswith("error: ") and message in result.stderr
     assert not (tmp_path / "o").exists()
+
+
+def test_a_flag_variant_may_name_its_models() -> None:
+    """`--variant 'NAME@HW: ...'`: a constraint on a variable only some models have."""
+    flags = Flags("unused", workloads=["softmax"], hardware=["upmem,cpu"],
+                  variants=["base:", "few@upmem: T <= 4", "one@cpu: P <= 1; drop capacity"])
+    todo = points.expand(spec.from_flags(flags))
+    assert [(p.config, p.variant, p.constraints, p.drops) for p in todo] == [
+        ("upmem", "base", (), ()), ("upmem", "few", ("T <= 4",), ()),
+        ("cpu", "base", (), ()), ("cpu", "one", ("P <= 1",), ("capacity",))]
 
 
 def test_a_spec_file_and_axis_flags_do_not_mix(tmp_path: Path) -> None:

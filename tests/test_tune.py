@@ -256,3 +256,52 @@ def test_csv_path_is_written_with_the_table(tmp_path: Path) -> None:
     assert "Variants of softmax" in result.stdout
     header, row = list(csv.reader(path.open(newline="", encoding="utf-8")))
     assert header[:3] == ["index", "T", "status"] and row[:3] == ["1", "16", "optimal"]
+
+
+# ---------------------------------------------------------------- the model as an axis
+
+
+def test_the_hardware_model_is_an_axis() -> None:
+    """`--vary hw=upmem,aie` (issue 16: was exit 2): one variant per model, each as
+    `synth solve` finds it on that model, and "vs best" among the rows of one size
+    compares the models; `--hw` may be left out."""
+    result = invoke("tune", "softmax", "--vary", "hw=upmem,cpu", "--vary",
+                    "set:N=1024,4096", "--json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["hardware"] == ["upmem", "cpu"]
+    assert data["vary"]["hw"] == {"kind": "model", "key": "hw", "values": ["upmem", "cpu"]}
+    rows = {(v["settings"]["hw"], v["settings"]["set:N"]): v for v in data["variants"]}
+    assert list(rows) == [("upmem", "1024"), ("upmem", "4096"), ("cpu", "1024"),
+                          ("cpu", "4096")]
+    assert set(rows["upmem", "1024"]["variables"]) >= {"R", "D", "T"}
+    assert "P" in rows["cpu", "1024"]["variables"]
+    solved = synth.pipeline.run(synth.pipeline.Request("softmax", "cpu", {"N": 4096},
+                                                       validate=False))
+    assert rows["cpu", "4096"]["objective_ps"] == solved.result.objective
+    for n in ("1024", "4096"):
+        upmem, cpu = rows["upmem", n], rows["cpu", n]
+        best, other = sorted((upmem, cpu), key=lambda v: v["objective_ps"])
+        assert best["vs_best"] == 0
+        assert other["vs_best"] == pytest.approx(
+            other["objective_ps"] / best["objective_ps"] - 1)
+    table = invoke("tune", "softmax", "--hw", "upmem", "--set", "N=1024",
+                   "--vary", "hw=upmem,cpu")
+    assert table.exit_code == 0, table.output
+    assert "Variants of softmax on upmem, cpu" in table.stdout
+
+
+@pytest.mark.usefixtures("no_solving")
+@pytest.mark.parametrize(("args", "message"), [
+    (["--hw", "cpu", "--vary", "hw=upmem,aie"], "--hw cpu is not one of its values"),
+    (["--vary", "hw=upmem,aei"], "--vary hw=upmem,aei: unknown hardware 'aei'"),
+    (["--vary", "hw=upmem,aie", "--vary", "T=4,8"],
+     "variant 3 (hw=aie T=4): --fix T=4: unknown variable 'T'"),
+    (["--vary", "hw=upmem,cpu", "--hw-set", "wram.capacity=32KiB"],
+     "hardware cpu: --hw-set: unknown key 'wram.capacity'"),
+    (["--vary", "T=4,8"], "synth tune needs --hw HW"),
+])
+def test_a_bad_model_axis_exits_2_before_any_solve(args: list[str], message: str) -> None:
+    result = invoke("tune", "softmax", *args)
+    assert result.exit_code == 2, result.output
+    assert message in result.stderr

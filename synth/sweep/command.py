@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from synth import processes
 from synth.errors import InputError
@@ -70,7 +71,9 @@ def read_runner(flags: Flags) -> Runner:
     _require("matplotlib", "draws its plots with")
     if flags.dask is not None:
         _require("distributed", "runs on Dask with")
-    return Runner(workers or processes.usable_cores(), flags.dask)
+        execute.check_address(flags.dask.strip())
+    return Runner(workers or processes.usable_cores(),
+                  flags.dask.strip() if flags.dask is not None else None)
 
 
 def _require(module: str, what: str) -> None:
@@ -81,12 +84,14 @@ def _require(module: str, what: str) -> None:
                          f"pip install 'synth[sweep]'") from None
 
 
-def out_dir(text: str) -> Path:
+def out_dir(text: str, create: bool = True) -> Path:
+    """`--out DIR`, checked (not a file); created unless `create` is False."""
     path = Path(text)
     if path.exists() and not path.is_dir():
         raise InputError(f"--out {text}: exists and is not a directory")
     try:
-        path.mkdir(parents=True, exist_ok=True)
+        if create:
+            path.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise InputError(f"--out {text}: cannot create the directory: {exc}") from None
     return path
@@ -95,11 +100,17 @@ def out_dir(text: str) -> Path:
 # ---------------------------------------------------------------- running
 
 
+def say(text: str) -> None:
+    """A line about the sweep on stderr (not stdout: that is the summary's)."""
+    print(f"sweep: {text}", file=sys.stderr, flush=True)
+
+
 @contextlib.contextmanager
 def progress(total: int, done: int, console: Console | None = None
              ) -> Iterator[Callable[[Point, Mapping[str, Any]], None]]:
-    """A progress bar on stderr (a terminal only): points done of all, elapsed, ETA,
-    and the point that finished last."""
+    """A progress bar on stderr when it is a terminal: points done of all, elapsed, ETA,
+    and the point that finished last; else (a log file, a batch job) one line per
+    finished point with the same counts and estimate."""
     from rich.console import Console
     from rich.progress import (
         BarColumn,
@@ -116,34 +127,67 @@ def progress(total: int, done: int, console: Console | None = None
     columns = (TextColumn("sweep"), BarColumn(bar_width=BAR_WIDTH), MofNCompleteColumn(),
                TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(),
                TextColumn("{task.description}", table_column=last))
-    with Progress(*columns, console=console, disable=not console.is_terminal,
+    log = LogLines(total, done, console.file) if not console.is_terminal else None
+    with Progress(*columns, console=console, disable=log is not None,
                   expand=True) as bar:
         task_id = bar.add_task("", total=total, completed=done)
 
         def advance(point: Point, result: Mapping[str, Any]) -> None:
-            bar.update(task_id, advance=1,
-                       description=f"{point.describe()}: {result['status']}")
+            description = f"{point.describe()}: {result['status']}"
+            bar.update(task_id, advance=1, description=description)
+            if log is not None:
+                log.line(description)
 
         yield advance
 
 
-def results(points: Sequence[Point], runner: Runner, emit_root: str | None
-            ) -> execute.Results:
-    if runner.dask is not None:
-        return execute.on_dask(points, runner.dask, runner.workers, emit_root)
+class LogLines:
+    """The progress bar as lines: `[12/195 2m01s eta 1m20s] softmax N=4096 on cpu ...`;
+    the estimate is the points left at the rate points finished so far."""
+
+    def __init__(self, total: int, done: int, file: IO[str]) -> None:
+        self.total, self.done, self.file = total, done, file
+        self.start, self.ran = time.monotonic(), 0
+
+    def line(self, description: str) -> None:
+        self.done, self.ran = self.done + 1, self.ran + 1
+        elapsed = time.monotonic() - self.start
+        left = (self.total - self.done) * elapsed / self.ran
+        self.file.write(f"[{self.done}/{self.total} {clock(elapsed)} eta {clock(left)}] "
+                        f"{description}\n")
+        self.file.flush()
+
+
+def clock(seconds: float) -> str:
+    """`1h02m03s`, `2m01s`, `7s`."""
+    whole = round(seconds)
+    hours, rest = divmod(whole, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h{minutes:02d}m{secs:02d}s"
+    return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
+
+
+def results(points: Sequence[Point], runner: Runner, cluster: execute.Cluster | None,
+            emit_root: str | None) -> execute.Results:
+    if cluster is not None:
+        return execute.on_dask(points, cluster, emit_root)
     return execute.local(points, runner.workers, emit_root)
 
 
 def run_points(points: Sequence[Point], todo: Sequence[Point], runner: Runner, out: Path,
-               rows: dict[int, dict[str, Any]]) -> bool:
-    """Run `todo`, storing each result and adding its row as it arrives; False when
-    interrupted."""
+               rows: dict[int, dict[str, Any]], cluster: execute.Cluster | None = None
+               ) -> bool:
+    """Run `todo`, storing each result and adding its row (to `rows` and to the end of
+    `results.jsonl`) as it arrives; False when interrupted."""
     keep = store.Store(out)
     version = synth_version()
     emit_root = str((out / "emit").resolve())
     try:
         with progress(len(points), len(points) - len(todo)) as advance, \
-                contextlib.closing(results(todo, runner, emit_root)) as finished:
+                store.Stream(out, [rows[p.index] for p in points if p.index in rows]
+                             ) as stream, \
+                contextlib.closing(results(todo, runner, cluster, emit_root)) as finished:
             for point, result, storable in finished:
                 if result.get("synth") != version:
                     result = execute.failed(point, f"the worker runs synth "
@@ -152,10 +196,26 @@ def run_points(points: Sequence[Point], todo: Sequence[Point], runner: Runner, o
                 if storable:
                     keep.save(point, result)
                 rows[point.index] = store.row(point, result, from_store=False)
+                stream.add(rows[point.index])
                 advance(point, result)
     except KeyboardInterrupt:
         return False
     return True
+
+
+@contextlib.contextmanager
+def connected(runner: Runner, todo: Sequence[Point]) -> Iterator[execute.Cluster | None]:
+    """The Dask cluster the points run on (None: local processes, or nothing to run),
+    connected before the sweep writes anything."""
+    if runner.dask is None or not todo:
+        yield None
+        return
+    cluster = execute.Cluster(runner.dask, runner.workers)
+    try:
+        cluster.connect(say)
+        yield cluster
+    finally:
+        cluster.close()
 
 
 # ---------------------------------------------------------------- the command
@@ -166,7 +226,7 @@ def main(flags: Flags) -> int:
     runner = read_runner(flags)
     points = expand(spec)
     base = baseline(spec, points)
-    out = out_dir(flags.out)
+    out = out_dir(flags.out, create=False)
     keep = store.Store(out)
     rows: dict[int, dict[str, Any]] = {}
     todo = []
@@ -176,9 +236,11 @@ def main(flags: Flags) -> int:
             todo.append(point)
         else:
             rows[point.index] = store.row(point, stored, from_store=True)
-    start = time.perf_counter()
-    finished = run_points(points, todo, runner, out, rows) if todo else True
-    elapsed = time.perf_counter() - start
+    with connected(runner, todo) as cluster:  # a Dask scheduler that does not answer:
+        out_dir(flags.out)                     # exit 2 before anything is written
+        start = time.perf_counter()
+        finished = run_points(points, todo, runner, out, rows, cluster) if todo else True
+        elapsed = time.perf_counter() - start
     ordered = [rows[p.index] for p in points if p.index in rows]
     written = write_outputs(out, ordered, base, spec, len(points), runner.workers)
     print(summary(ordered, len(points), elapsed, written, finished), flush=True)

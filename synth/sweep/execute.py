@@ -132,30 +132,64 @@ def local(points: Sequence[Point], workers: int, emit_root: str | None,
 # ---------------------------------------------------------------- Dask
 
 
-def _client(address: str, workers: int) -> tuple[Any, Any]:
-    """A client of the cluster at `address`, or of a new `LocalCluster` ("local")."""
-    from distributed import Client, LocalCluster
-
-    if address == "local":
-        import dask
-
-        with dask.config.set(WORKER_CONFIG):  # the workers' processes inherit it
-            cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                                   dashboard_address=None)
-        return Client(cluster), cluster
-    try:
-        return Client(address, timeout=CONNECT_TIMEOUT_S), None
-    except (OSError, TimeoutError, ValueError) as exc:
-        raise InputError(f"--dask {address}: cannot connect to a Dask scheduler there: "
-                         f"{exc}") from None
+MAX_PORT = 65535
 
 
-def on_dask(points: Sequence[Point], address: str, workers: int, emit_root: str | None
-            ) -> Results:
-    """The points' results from tasks on a Dask cluster, as they finish."""
+def check_address(address: str) -> None:
+    """`--dask ADDRESS`'s shape, before anything waits on it: `local`, or an address
+    whose port (when it has one) is a TCP port (InputError: exit 2)."""
+    host, sep, port = address.rpartition(":")
+    if address == "local" or not sep or not port.isdigit() or "//" in port:
+        return
+    if not 1 <= int(port) <= MAX_PORT:
+        raise InputError(f"--dask {address}: port {port} is not a TCP port (1-{MAX_PORT})")
+
+
+class Cluster:
+    """A client of the Dask cluster at an address, or of a new `LocalCluster` ("local"):
+    `connect` before the sweep writes anything (an address nothing answers at is bad
+    input, exit 2, after `CONNECT_TIMEOUT_S`), `close` when the sweep ends."""
+
+    def __init__(self, address: str, workers: int) -> None:
+        self.address, self.workers = address, workers
+        self.client: Any = None
+        self.cluster: Any = None
+
+    def connect(self, say: Callable[[str], None]) -> None:
+        from distributed import Client, LocalCluster
+
+        if self.address == "local":
+            import dask
+
+            say(f"starting a Dask LocalCluster of {self.workers} worker processes")
+            with dask.config.set(WORKER_CONFIG):  # the workers' processes inherit it
+                self.cluster = LocalCluster(n_workers=self.workers, threads_per_worker=1,
+                                            processes=True, dashboard_address=None)
+            self.client = Client(self.cluster)
+            return
+        say(f"connecting to the Dask scheduler at {self.address} (giving up after "
+            f"{CONNECT_TIMEOUT_S} s)")
+        try:
+            self.client = Client(self.address, timeout=CONNECT_TIMEOUT_S)
+        except (OSError, TimeoutError, ValueError) as exc:
+            raise InputError(f"--dask {self.address}: cannot connect to a Dask scheduler "
+                             f"there: {exc}") from None
+        if not self.client.scheduler_info().get("workers"):
+            say(f"the Dask scheduler at {self.address} has no workers yet: the points "
+                f"wait for one")
+
+    def close(self) -> None:
+        if self.client is not None:
+            self.client.close()
+        if self.cluster is not None:
+            self.cluster.close()
+
+
+def on_dask(points: Sequence[Point], cluster: Cluster, emit_root: str | None) -> Results:
+    """The points' results from tasks on a connected Dask cluster, as they finish."""
     from distributed import as_completed
 
-    client, cluster = _client(address, workers)
+    client = cluster.client
     futures: dict[Any, Point] = {}
     try:
         for point in points:
@@ -173,6 +207,3 @@ def on_dask(points: Sequence[Point], address: str, workers: int, emit_root: str 
     finally:
         if futures:
             client.cancel(list(futures))
-        client.close()
-        if cluster is not None:
-            cluster.close()

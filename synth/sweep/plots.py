@@ -40,7 +40,8 @@ BAR_IN = 0.22  # inches per bar of the breakdown: one line of 7-point tick label
 BAR_HALF = 0.4  # half a bar's thickness, in bars (a fifth of the pitch stays blank)
 BREAKDOWN_BAR_IN = 5.0  # the width of the breakdown's bars (the share axis)
 LABEL_CHAR_IN = 0.055  # the width of a character of a 7-point tick label (DejaVu Sans)
-LEGEND_IN = 1.9  # right of the breakdown's bars: the legend of its parts
+LEGEND_IN = 2.1  # right of the breakdown's bars: the legend of its parts
+LEGEND_GAP = 1.06  # where the legend starts, in bar widths: clear of the 100% label
 PANEL_FRAME_IN = 1.0  # a breakdown panel's height besides its bars: title, share axis
 PANEL_BOTTOM_IN = 0.6  # of which below the bars: the share axis and its label
 MAX_BARS = 60  # bars per workload in the breakdown: more do not fit a readable panel
@@ -194,10 +195,15 @@ def binary(value: float) -> str:
     return f"{value:g}"
 
 
+MINOR_LABELLED = (2, 5)  # the minor ticks labelled on an axis with one decade or less
+
+
 def _log_ticks(ax: Any, unit: str | None) -> None:
     """Plain-text tick labels on log axes (`64k`, `1 ms`): matplotlib's default labels
     are mathtext (`$10^{3}$`), which took most of the time of drawing a plot. Sizes get
-    powers of two; an axis spanning less than a decade also labels its minor ticks."""
+    powers of two; a value axis with fewer than two powers of ten in its range also
+    labels its minor ticks at 2 and 5 times a power of ten (only those: all eight
+    overlap)."""
     from matplotlib.ticker import EngFormatter, FuncFormatter, LogLocator, NullFormatter
 
     ax.xaxis.set_major_locator(LogLocator(base=2, numticks=MAX_TICKS))
@@ -207,7 +213,16 @@ def _log_ticks(ax: Any, unit: str | None) -> None:
     formatter = EngFormatter(unit=unit) if unit else plain
     low, high = ax.get_ylim()
     ax.yaxis.set_major_formatter(formatter)
-    ax.yaxis.set_minor_formatter(formatter if high < low * 10 else NullFormatter())
+    decades = math.floor(math.log10(high)) - math.ceil(math.log10(low)) + 1
+    if decades >= 2:
+        ax.yaxis.set_minor_formatter(NullFormatter())
+        return
+
+    def minor(value: float, position: int | None) -> str:
+        mantissa = round(value / 10 ** math.floor(math.log10(value) + 1e-9))
+        return formatter(value, position) if mantissa in MINOR_LABELLED else ""
+
+    ax.yaxis.set_minor_formatter(FuncFormatter(minor))
 
 
 def size_plot(out: Path, rows: Sequence[Row], name: str, title: str, ylabel: str,
@@ -276,6 +291,7 @@ def _stack(ax: Any, names: Sequence[str], group: Sequence[Row], parts: Sequence[
     """One bar per row, its parts' shares stacked: one collection of rectangles per part
     (a `barh` per part made one artist per rectangle, and drew ten times slower)."""
     from matplotlib.collections import PolyCollection
+    from matplotlib.ticker import PercentFormatter
 
     left = [0.0] * len(group)
     for index, part in enumerate(parts):
@@ -290,9 +306,10 @@ def _stack(ax: Any, names: Sequence[str], group: Sequence[Row], parts: Sequence[
     ax.set_yticks(range(len(names)), names)
     ax.set_ylim(len(names) - 0.5, -0.5)  # the first point on top
     ax.set_xlim(0, 1)
+    ax.xaxis.set_major_formatter(PercentFormatter(1.0))
     ax.set_xlabel("share of the modelled time")
     ax.tick_params(axis="y", labelsize=7)
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(LEGEND_GAP, 1))
 
 
 def ratio_plot(out: Path, rows: Sequence[Row], base: Baseline, styles: Styles) -> Plot:

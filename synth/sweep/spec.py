@@ -189,11 +189,16 @@ def split_setting(text: str, where: str) -> tuple[str, str]:
 
 def parse_variant(text: str, where: str) -> VariantSpec:
     """`NAME: ITEM; ITEM; ...` where an ITEM is a constraint (`T <= 4`), `fix VAR=INT` or
-    `drop GROUP`; `NAME:` alone is the request unchanged."""
-    name, sep, body = (part.strip() for part in text.partition(":"))
-    if not sep or not _NAME.match(name):
+    `drop GROUP`; `NAME:` alone is the request unchanged. `NAME@HW,HW: ...` applies the
+    variant on those hardware models only (their labels or references), as a spec
+    file's `hardware = [...]` in a `[[variant]]`."""
+    head, sep, body = (part.strip() for part in text.partition(":"))
+    name, at, models = (part.strip() for part in head.partition("@"))
+    hardware = tuple(m.strip() for m in models.split(",")) if at else None
+    if not sep or not _NAME.match(name) or (hardware is not None and not all(hardware)):
         raise InputError(f"{where}: expected NAME: ITEM; ITEM; ... with a NAME of letters, "
-                         f"digits and _ (e.g. --variant 'small: T <= 4; drop capacity.wram')")
+                         f"digits and _, optionally NAME@HW,HW: for some models only (e.g. "
+                         f"--variant 'small@upmem: T <= 4; drop capacity.wram')")
     constraints, fixes, drops = [], [], []
     for item in (part.strip() for part in body.split(";")):
         word, _, rest = item.partition(" ")
@@ -205,7 +210,8 @@ def parse_variant(text: str, where: str) -> VariantSpec:
             drops.append(rest.strip())
         else:
             constraints.append(item)
-    return VariantSpec(name, where, tuple(constraints), tuple(fixes), tuple(drops))
+    return VariantSpec(name, where, tuple(constraints), tuple(fixes), tuple(drops),
+                       hardware=hardware)
 
 
 def check_variant_names(variants: Sequence[VariantSpec]) -> None:

@@ -34,8 +34,7 @@ class Store:
     """The finished points of the sweeps written into one directory."""
 
     def __init__(self, out: Path) -> None:
-        self.dir = out / POINTS_DIR
-        self.dir.mkdir(parents=True, exist_ok=True)
+        self.dir = out / POINTS_DIR  # created by the first `save`
 
     def path(self, key: str) -> Path:
         return self.dir / f"{key}.json"
@@ -53,6 +52,7 @@ class Store:
         return result if isinstance(result, dict) else None
 
     def save(self, point: Point, result: Mapping[str, Any]) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
         write_atomically(self.path(point.key), json.dumps(
             {"key": point.key, "point": point.to_json(), "result": result},
             allow_nan=False, indent=1))
@@ -86,7 +86,7 @@ def row(point: Point, result: Mapping[str, Any], from_store: bool) -> dict[str, 
 
 HEAD = ("index", "workload", "sizes", "size", "hardware", "config", "hw_set", "variant",
         "solver", "status", "cost_s", "cost_ps", "gap", "solve_s", "wall_s", "kernels",
-        "binding", "conflict", "validation", "emitted", "error", "from_store", "key")
+        "variables", "binding", "conflict", "validation", "emitted", "error", "from_store", "key")
 SPREAD = {"sizes": "size.", "counts": "count.", "breakdown_s": "cost."}
 
 
@@ -114,10 +114,34 @@ def csv_record(data: Mapping[str, Any]) -> dict[str, Any]:
     return record
 
 
+class Stream:
+    """`results.jsonl` while the sweep runs: the rows it has when it starts (stored
+    points), then each row as its point finishes, in the order they finish (`tail -f`
+    shows the sweep). `write_tables` rewrites it in the sweep's order at the end."""
+
+    def __init__(self, out: Path, rows: Sequence[Mapping[str, Any]]) -> None:
+        write_atomically(out / JSONL_NAME, "".join(_line(r) for r in rows))
+        self.file = (out / JSONL_NAME).open("a", encoding="utf-8")
+
+    def add(self, row: Mapping[str, Any]) -> None:
+        self.file.write(_line(row))
+        self.file.flush()
+
+    def __enter__(self) -> Stream:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.file.close()
+
+
+def _line(row: Mapping[str, Any]) -> str:
+    return json.dumps(row, allow_nan=False) + "\n"
+
+
 def write_tables(out: Path, rows: Sequence[Mapping[str, Any]]) -> list[Path]:
     """`results.jsonl` and `results.csv` of the rows; the paths written."""
     jsonl = out / JSONL_NAME
-    write_atomically(jsonl, "".join(json.dumps(r, allow_nan=False) + "\n" for r in rows))
+    write_atomically(jsonl, "".join(_line(r) for r in rows))
     records = [csv_record(r) for r in rows]
     spread = sorted({k for r in records for k in r} - set(HEAD))
     columns = [*HEAD, *spread]
