@@ -98,20 +98,21 @@ def test_candidates_in_worker_processes_give_the_same_schedule(
     cset = model_of("transformer", hw, REDUCED["transformer"]).constraints
     alone = cpsat.solve(cset, conftest.WALL_S, work_limit_s=conftest.WORK_S)
     submitted = []
-    submit = cpsat._Workers.submit
+    elsewhere = cpsat._Workers.elsewhere
 
-    def counted(self: cpsat._Workers, effort: cpsat.Effort) -> partition.Submit | None:
-        run = submit(self, effort)
+    def counted(self: cpsat._Workers, effort: cpsat.Effort, solved: decompose.PartCache
+                ) -> partition.Elsewhere | None:
+        run = elsewhere(self, effort, solved)
         assert run is not None
 
         def recorded(cover: ConstraintSet, limit: float, most: int | None
                      ) -> Future[SolveResult]:
             submitted.append(cover)
-            return run(cover, limit, most)
+            return run.start(cover, limit, most)
 
-        return recorded
+        return partition.Elsewhere(recorded, run.try_here)
 
-    monkeypatch.setattr(cpsat._Workers, "submit", counted)
+    monkeypatch.setattr(cpsat._Workers, "elsewhere", counted)
     monkeypatch.setattr(partition, "WORKER_DECISIONS", 0)  # every candidate may go
     side_by_side = cpsat.solve(cset, conftest.WALL_S, work_limit_s=conftest.WORK_S, jobs=3)
     assert len(submitted) >= 2  # workers solved some
@@ -120,6 +121,57 @@ def test_candidates_in_worker_processes_give_the_same_schedule(
         alone.status, alone.objective, alone.env)
     for key in ("candidates_solved", "candidates_dominated", "cover_kernels"):
         assert side_by_side.stats[key] == alone.stats[key]
+
+
+def test_a_small_candidate_that_is_not_cheap_goes_to_a_worker() -> None:
+    """Candidates under `WORKER_DECISIONS` are tried here first; those `try_here` gives up
+    on (aie's GEMMs at full size: 14 decisions, seconds each) start in a worker, and the
+    answer is the one without workers."""
+    workload = parse_workload(scale.chain(6, 4096), "chain.syn", "chain")
+    hw = pipeline.hardware(pipeline.Request("va", "cpu", hw_overrides=TWO_CORES))
+    cset = pipeline.encode(workload, hw).constraints
+    cache = decompose.PartCache()
+
+    def solve_fixed(cover: ConstraintSet, limit: float, most: int | None) -> SolveResult:
+        return decompose.solve_by_parts(cover, limit, "cpsat", lambda part, left, share: (
+            cpsat._solve_part(part, left, cpsat.Effort(), share, cache.bounds)), cache, most)
+
+    tried, started = [], []
+
+    def try_here(cover: ConstraintSet, limit: float, most: int | None) -> SolveResult | None:
+        tried.append(cover)
+        return None if len(tried) % 2 else solve_fixed(cover, limit, most)  # every other
+
+    def start(cover: ConstraintSet, limit: float, most: int | None) -> Future[SolveResult]:
+        started.append(cover)
+        future: Future[SolveResult] = Future()
+        future.set_result(solve_fixed(cover, limit, most))
+        return future
+
+    alone = partition.solve(cset, Deadline(3600.0), "cpsat", solve_fixed)
+    side_by_side = partition.solve(cset, Deadline(3600.0), "cpsat", solve_fixed,
+                                   elsewhere=partition.Elsewhere(start, try_here), jobs=2)
+    assert alone is not None and side_by_side is not None
+    assert len(tried) > 2 and started == tried[::2]  # the ones given up on, and only those
+    assert alone.status is Status.OPTIMAL
+    assert (side_by_side.status, side_by_side.objective, side_by_side.env) == (
+        alone.status, alone.objective, alone.env)
+
+
+def test_try_here_gives_up_on_a_part_the_first_attempt_does_not_settle(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """`cpsat._try_here` is `_solve_cover` when the cheap first attempt settles every part,
+    and None (a worker's job) when it does not."""
+    cset = model_of("matmul", "aie", {"M": 64, "N": 64, "K": 64}).constraints
+    cover = decompose.fusion_covers(cset)[0]
+    effort = cpsat.Effort(work_limit_s=conftest.WORK_S)
+    cheap = cpsat._try_here(cover, conftest.WALL_S, None, effort, decompose.PartCache())
+    whole = cpsat._solve_cover(cover, conftest.WALL_S, None, effort, decompose.PartCache())
+    assert whole.status is Status.OPTIMAL and cheap is not None  # settled cheaply: the same
+    assert (cheap.status, cheap.objective, cheap.env) == (whole.status, whole.objective,
+                                                          whole.env)
+    monkeypatch.setattr(cpsat, "FIRST_WORK_S", 0.0)  # no first attempt settles anything
+    assert cpsat._try_here(cover, conftest.WALL_S, None, effort, decompose.PartCache()) is None
 
 
 def test_a_candidate_whose_worker_died_is_solved_here(
@@ -148,8 +200,8 @@ def test_a_candidate_whose_worker_died_is_solved_here(
         return future
 
     alone = partition.solve(cset, Deadline(3600.0), "cpsat", solve_fixed)
-    broken = partition.solve(cset, Deadline(3600.0), "cpsat", solve_fixed, submit=dying,
-                             jobs=2)
+    broken = partition.solve(cset, Deadline(3600.0), "cpsat", solve_fixed,
+                             elsewhere=partition.Elsewhere(dying, solve_fixed), jobs=2)
     assert alone is not None and broken is not None and len(submitted) > 3
     assert alone.status is Status.OPTIMAL
     assert (broken.status, broken.objective, broken.env) == (

@@ -27,7 +27,7 @@ from synth import processes
 from synth.constraints import expr as ex
 from synth.constraints import monomial, tables
 from synth.constraints.decompose import PartCache, solve_by_covers, solve_by_parts
-from synth.constraints.partition import Submit
+from synth.constraints.partition import Elsewhere
 from synth.constraints.result import SolveResult, Status
 from synth.constraints.space import ConstraintSet
 from synth.errors import InputError
@@ -404,6 +404,13 @@ class Effort:
 
     workers: int = 1
     work_limit_s: float | None = None
+    # only the cheap first attempt at each part (`FIRST_WORK_S`): a part it does not
+    # settle raises `_Unsettled` (`_try_here`)
+    first_only: bool = False
+
+
+class _Unsettled(Exception):
+    """A part the cheap first attempt did not settle, with `Effort.first_only`."""
 
 
 def _solve(cset: ConstraintSet, time_limit_s: float, effort: Effort, cutoff: int | None,
@@ -412,7 +419,7 @@ def _solve(cset: ConstraintSet, time_limit_s: float, effort: Effort, cutoff: int
     with _without_cycle_collection(), _Workers(jobs) as workers:
         return solve_by_covers(cset, time_limit_s, "cpsat", lambda cover, limit, most: (
             _solve_cover(cover, limit, most, effort, solved)), cutoff, partitioned=True,
-            memo=solved.variables, submit=workers.submit(effort), jobs=jobs)
+            memo=solved.variables, elsewhere=workers.elsewhere(effort, solved), jobs=jobs)
 
 
 def _solve_cover(cover: ConstraintSet, time_limit_s: float, cutoff: int | None,
@@ -420,6 +427,18 @@ def _solve_cover(cover: ConstraintSet, time_limit_s: float, cutoff: int | None,
     """A set whose fusion is fixed (a cover, or one candidate kernel): part by part."""
     return solve_by_parts(cover, time_limit_s, "cpsat", lambda part, left, share: (
         _solve_part(part, left, effort, share, solved.bounds, solved.hard)), solved, cutoff)
+
+
+def _try_here(cover: ConstraintSet, time_limit_s: float, cutoff: int | None,
+              effort: Effort, solved: PartCache) -> SolveResult | None:
+    """`_solve_cover` while each part is settled by its cheap first attempt: then its
+    result is the one `_solve_cover` gives, else None (the cover is hard: a worker solves
+    it from the start, which gives that result too)."""
+    try:
+        return _solve_cover(cover, time_limit_s, cutoff,
+                            dataclasses.replace(effort, first_only=True), solved)
+    except _Unsettled:
+        return None
 
 
 def _solve_elsewhere(cover: ConstraintSet, time_limit_s: float, cutoff: int | None,
@@ -447,17 +466,21 @@ class _Workers:
             else:  # interrupted, or failed: do not wait for the workers' solves
                 processes.stop(self.pool)
 
-    def submit(self, effort: Effort) -> Submit | None:
+    def elsewhere(self, effort: Effort, solved: PartCache) -> Elsewhere | None:
         if self.jobs < 2:
             return None
 
-        def run(cover: ConstraintSet, time_limit_s: float, cutoff: int | None
-                ) -> Future[SolveResult]:
+        def start(cover: ConstraintSet, time_limit_s: float, cutoff: int | None
+                  ) -> Future[SolveResult]:
             if self.pool is None:
                 self.pool = processes.process_pool(self.jobs, __name__)
             return self.pool.submit(_solve_elsewhere, cover, time_limit_s, cutoff, effort)
 
-        return run
+        def try_here(cover: ConstraintSet, time_limit_s: float, cutoff: int | None
+                     ) -> SolveResult | None:
+            return _try_here(cover, time_limit_s, cutoff, effort, solved)
+
+        return Elsewhere(start, try_here)
 
 
 @contextlib.contextmanager
@@ -517,6 +540,8 @@ def _solve_part(cset: ConstraintSet, time_limit_s: float, effort: Effort,
         used = solver.deterministic_time
         if hard is not None:
             hard.add(decided)
+    if effort.first_only:
+        raise _Unsettled
     # a hard part: again over exponents (see `monomial`), from the best schedule so far
     lowering = _lowered(cset, cutoff, bounds_memo, monomials=True)
     if first is not None and first.env is not None:

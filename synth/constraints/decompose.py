@@ -373,7 +373,7 @@ def solve_by_covers(cset: ConstraintSet, time_limit_s: float, solver: str,
                     solve_fixed: Callable[[ConstraintSet, float, int | None], SolveResult],
                     cutoff: int | None = None, partitioned: bool = False,
                     memo: dict[int, tuple[object, frozenset[str]]] | None = None,
-                    submit: partition.Submit | None = None, jobs: int = 1
+                    elsewhere: partition.Elsewhere | None = None, jobs: int = 1
                     ) -> SolveResult:
     """Minimise `cset` once per fusion cover (`fusion_covers`) and keep the best: a case
     split on the 0/1 fusion decisions for backends that search the tiling of each cover
@@ -388,14 +388,14 @@ def solve_by_covers(cset: ConstraintSet, time_limit_s: float, solver: str,
     problem with more than `MAX_COVERS` covers is solved by `partition.solve` instead
     (each candidate kernel once), unless it is not separable. At the time limit the
     cover loop stops with the best cover so far (FEASIBLE, bound 0: the covers not
-    tried may be better). `submit` and `jobs`: see `partition.solve`."""
+    tried may be better). `elsewhere` and `jobs`: see `partition.solve`."""
     start = time.perf_counter()
     deadline = Deadline(time_limit_s)
     names = [n for n in cset.decisions if is_fusion_decision(n)]
     if partitioned and names and len(_exact_covers(cset, names, MAX_COVERS, deadline)
                                      ) > MAX_COVERS:
-        found = partition.solve(cset, deadline, solver, solve_fixed, cutoff, memo, submit,
-                                jobs)
+        found = partition.solve(cset, deadline, solver, solve_fixed, cutoff, memo,
+                                elsewhere, jobs)
         if found is not None:
             if found.objective is not None:
                 progress.best(found.objective)

@@ -51,13 +51,28 @@ if TYPE_CHECKING:
 SolveFixed = Callable[[ConstraintSet, float, int | None], SolveResult]
 # `SolveFixed` run in another process: a future of its result
 Submit = Callable[[ConstraintSet, float, int | None], "Future[SolveResult]"]
+# `SolveFixed` as far as it is cheap: its result, or None when it is not (it needs a worker)
+TryHere = Callable[[ConstraintSet, float, int | None], "SolveResult | None"]
 Memo = dict[int, tuple[object, frozenset[str]]]
 # Candidates with at least this many decisions are solved by worker processes (`--jobs`),
-# smaller ones where they are needed: on upmem's transformer block the candidates under
-# 15 decisions take at most 0.11 s (shipping one to a worker costs about as much), those
-# of 15 or more up to 5.6 s; a chain's 285 candidates (10 decisions or fewer) were 2.4x
-# slower in workers than alone.
+# smaller ones where they are needed, unless they turn out hard there (`Elsewhere`): on
+# upmem's transformer block the candidates under 15 decisions take at most 0.11 s
+# (shipping one to a worker costs about as much), those of 15 or more up to 5.6 s; a
+# chain's 285 candidates (10 decisions or fewer) were 2.4x slower in workers than alone.
+# On aie the block's GEMMs have 14 decisions and take 2-5 s: the number of decisions
+# alone does not tell a hard candidate.
 WORKER_DECISIONS = 15
+
+
+@dataclasses.dataclass(frozen=True)
+class Elsewhere:
+    """Worker processes for the candidates: `start` solves one there (a future of its
+    result); `try_here` solves a small one here as long as that is cheap, and gives up
+    (None) when it is not, so that a hard small candidate runs beside the others too.
+    Both give the result `solve_fixed` would."""
+
+    start: Submit
+    try_here: TryHere
 # of the time limit, kept for the partition models when the candidates take it all: at
 # least this much, or this share of the limit
 RESERVE_S, RESERVE_SHARE = 0.2, 0.05
@@ -161,28 +176,29 @@ def _switched_on(name: str, decisions: dict[str, tuple[int, ...]],
 
 def solve(cset: ConstraintSet, deadline: Deadline, solver: str, solve_fixed: SolveFixed,
           cutoff: int | None = None, memo: Memo | None = None,
-          submit: Submit | None = None, jobs: int = 1) -> SolveResult | None:
+          elsewhere: Elsewhere | None = None, jobs: int = 1) -> SolveResult | None:
     """The optimum of `cset` by candidates and a set partition (see the module's
     docstring), or None when `cset` is not separable (the caller enumerates covers).
     Candidates are solved smallest first (singletons form a cover, so a schedule exists
     early); at the deadline the others keep the lower bound 0 and are left out of the
     schedule. With `cutoff`, INFEASIBLE means proven: none costs at most that. With
-    `submit` (`solve_fixed` in another process), up to `jobs` candidates are solved at
+    `elsewhere` (`solve_fixed` in other processes), up to `jobs` candidates are solved at
     once (`_Candidates`); the result is the same as without."""
     parts = split(cset, memo)
     if parts is None:
         return None
-    base = solve_fixed(parts.base, max(0.01, deadline.left()), None)
     stats: dict[str, int | float | str] = {"candidates": len(parts.owned)}
+    reserve = max(RESERVE_S, RESERVE_SHARE * deadline.seconds)
+    candidates = _Candidates(parts, deadline, reserve)
+    if elsewhere is None or jobs < 2:
+        base = solve_fixed(parts.base, max(0.01, deadline.left()), None)
+        if base.env is not None:
+            candidates.solve_here(solve_fixed)
+    else:  # the base while the workers solve candidates
+        base = candidates.solve_in_parallel(elsewhere, jobs, solve_fixed)
     if base.env is None:
         status = Status.INFEASIBLE if base.status is Status.INFEASIBLE else Status.TIMEOUT
         return SolveResult(solver, status, deadline.elapsed(), stats=stats)
-    reserve = max(RESERVE_S, RESERVE_SHARE * deadline.seconds)
-    candidates = _Candidates(parts, deadline, reserve)
-    if submit is None or jobs < 2:
-        candidates.solve_here(solve_fixed)
-    else:
-        candidates.solve_in_parallel(submit, jobs, solve_fixed)
     results = candidates.results
     stats["candidates_solved"] = len(results)
     stats["candidates_dominated"] = candidates.dominated
@@ -252,12 +268,16 @@ class _Candidates:
                 solved[key] = self.shapes[name].canonical(result)
             self.record(name, cutoff, self.shapes[name].own(solved[key]))
 
-    def solve_in_parallel(self, submit: Submit, jobs: int, solve_fixed: SolveFixed) -> None:
-        """`jobs` worker processes solve the large candidates (`WORKER_DECISIONS`), this
-        one the small ones meanwhile. Each candidate starts once every candidate that
-        runs a strict subset of its statements has its result, in `order`; a large one
-        waits for a free worker. A candidate whose worker failed (the process died) is
-        solved here."""
+    def solve_in_parallel(self, elsewhere: Elsewhere, jobs: int,
+                          solve_fixed: SolveFixed) -> SolveResult:
+        """`jobs` worker processes solve the large candidates (`WORKER_DECISIONS`) and
+        the small ones that are not cheap (`Elsewhere.try_here`), this one the other
+        small ones meanwhile, and the base (`Split.base`: its result does not depend on
+        when it is solved) the first time it would otherwise wait. Each candidate starts
+        once every candidate that runs a strict subset of its statements has its result,
+        in `order`; a large one waits for a free worker. A candidate whose worker failed
+        (the process died) is solved here. The base's result; no candidate starts after
+        it is found to have no schedule."""
         waiting = list(self.order)
         below = {name: {other for other in self.parts.names
                         if self.covered[other] < self.covered[name]} for name in waiting}
@@ -275,15 +295,18 @@ class _Candidates:
             for name, cutoff in names:
                 self.record(name, cutoff, self.shapes[name].own(solved[done]))
 
+        base: SolveResult | None = None
         while waiting or running:
             for done in [key for key, (future, _) in running.items() if future.done()]:
                 collect(done)
-            if self.out_of_time():
+            if self.out_of_time() or (base is not None and base.env is None):
                 waiting.clear()
             ready = next((n for n in waiting if not below[n] - self.results.keys()
                           and (len(running) < jobs or not self.large(n))), None)
             if ready is None:  # each candidate left needs one still running, or a worker
-                if running:
+                if running and base is None:
+                    base = solve_fixed(self.parts.base, max(0.01, self.deadline.left()), None)
+                elif running:
                     wait([future for future, _ in running.values()],
                          return_when=FIRST_COMPLETED)
                 continue
@@ -294,13 +317,18 @@ class _Candidates:
                 self.record(ready, cutoff, self.shapes[ready].own(solved[key]))
             elif key in running:  # the same problem is being solved: wait for it
                 running[key][1].append((ready, cutoff))
-            elif self.large(ready):
-                running[key] = (self._start(submit, solve_fixed, ready, cutoff),
-                                [(ready, cutoff)])
             else:
-                result = solve_fixed(self.parts.owned[ready], self.time_left(), cutoff)
-                solved[key] = self.shapes[ready].canonical(result)
-                self.record(ready, cutoff, result)
+                found = None if self.large(ready) else elsewhere.try_here(
+                    self.parts.owned[ready], self.time_left(), cutoff)
+                if found is None:
+                    running[key] = (self._start(elsewhere.start, solve_fixed, ready, cutoff),
+                                    [(ready, cutoff)])
+                else:
+                    solved[key] = self.shapes[ready].canonical(found)
+                    self.record(ready, cutoff, found)
+        if base is None:
+            base = solve_fixed(self.parts.base, max(0.01, self.deadline.left()), None)
+        return base
 
     def large(self, name: str) -> bool:
         return len(self.parts.owned[name].decisions) >= WORKER_DECISIONS
