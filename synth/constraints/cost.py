@@ -231,8 +231,8 @@ def buffer_bytes(kt: KernelTerms, use: TensorUse, mem: Memory, slot: int,
     return ex.mul(kt.partials(slot, use), run.padded_bytes, *rows)
 
 
-def transfer_loops(kt: KernelTerms, use: TensorUse, slot: int, cached: bool = False
-                   ) -> tuple[dict[str, set[int]], list[ex.Int]]:
+def transfer_loops(kt: KernelTerms, use: TensorUse, slot: int, cached: bool = False,
+                   once: bool = False) -> tuple[dict[str, set[int]], list[ex.Int]]:
     """The loops around the copy of `use` into the memory at `slot`, per dimension.
 
     Returns the slots whose factors always count, per dim, and the factors that count
@@ -240,7 +240,8 @@ def transfer_loops(kt: KernelTerms, use: TensorUse, slot: int, cached: bool = Fa
     the tensor is indexed by, every loop counts: a loop that walks the tensor changes its
     tile, and one with a single iteration multiplies by 1 either way. In a cache
     (`cached`) every loop is optional: the tile stays across a loop outside the units that
-    does not walk it, though the loop nest makes it anew there."""
+    does not walk it, though the loop nest makes it anew there. `once`: no loop that does
+    not walk the tensor counts (each distinct tile once: `transfers.packed_fills`)."""
     loops = copy_loops(kt.slots, kt.kernel, slot)
     if cached:
         loops = CopyLoops((), loops.fixed + loops.optional)
@@ -251,6 +252,8 @@ def transfer_loops(kt: KernelTerms, use: TensorUse, slot: int, cached: bool = Fa
     for pos, loop in enumerate(loops.optional):
         if loop.dim in use.indices:
             counted[loop.dim].add(loop.slot)
+            continue
+        if once:
             continue
         walks_later = ex.any_of(ex.greater_than_one(kt.f(lp.dim, lp.slot))
                                 for lp in loops.optional[pos:] if lp.dim in use.indices)
@@ -849,10 +852,12 @@ def _moves(kt: KernelTerms, workload: Workload, use: TensorUse, mem: Memory, slo
     if kt.kernel.online is not None:
         from synth.constraints.online_terms import stream_cost, streamed
         if streamed(kt, use, slot):  # an online step's operand streaming through a cache
-            return stream_cost(kt, use, mem, itemsize)
+            return stream_cost(kt, workload, use, mem, itemsize)
     elif kt.hw.compute.vector_tiles:
-        from synth.constraints.transfers import packed_moves  # builds on this module
+        from synth.constraints.transfers import packed_fills, packed_moves  # builds on this
         packed = packed_moves(kt, use, mem, slot, itemsize)
+        if packed is None:
+            packed = packed_fills(kt, workload, use, mem, slot, itemsize)
         if packed is not None:
             return packed
     if kt.kernel.online is None and mem.ways:
@@ -892,14 +897,15 @@ def warm(workload: Workload, mem: Memory) -> bool:
 
 
 def tensor_transfer_cost(kt: KernelTerms, use: TensorUse, mem: Memory, slot: int,
-                         itemsize: int) -> ex.Int:
-    """Time one unit spends moving `use`'s tiles between `mem` and its parent.
+                         itemsize: int, once: bool = False) -> ex.Int:
+    """Time one unit spends moving `use`'s tiles between `mem` and its parent (`once`:
+    each distinct tile once, see `transfer_loops`).
 
     Per dimension of the tensor, (times moved) x (tile extent) is one product of that
     dimension's factors, which `dim_product` writes compactly (tiled: `tiled`)."""
     if kt.hw.compute.tiling.edge:
         return tiled.tiled_transfer_cost(kt, use, mem, slot, itemsize)
-    counted, optional = transfer_loops(kt, use, slot, mem.cache)
+    counted, optional = transfer_loops(kt, use, slot, mem.cache, once)
     inner = set(kt.inner(slot))
     partials = kt.partials(slot, use)
     last = use.indices[-1] if use.indices else None

@@ -50,11 +50,12 @@ def vector_compute_cost(kt: KernelTerms, workload: Workload) -> ex.Int:
     chains = [either(chain_cost(kt, s, vector if width[s.name] > 1 else None, width[s.name]),
                      chain_cost(kt, s, None, 1))
               for s in kt.kernel.core if s.reduced and roofline.accumulate_ps(s, compute)]
-    if kt.kernel.online is not None:  # each statement over its own points; no chains yet
-        from synth.constraints.online_terms import core_compute, step_prices
+    if kt.kernel.online is not None:  # each statement over its own points; its own chains
+        from synth.constraints.online_terms import core_compute, step_chains, step_prices
         prices, step_folds = step_prices(kt, workload, {s.name: per_point([s], True)
                                                         for s in kt.kernel.core})
-        issue = either(ex.add(core_compute(kt, prices), *folds, *step_folds),
+        issue = either(ex.add(core_compute(kt, prices), *folds, *step_folds,
+                              *step_chains(kt, prices)),
                        core_compute(kt, {s.name: ex.const(per_point([s], False))
                                          for s in kt.kernel.core}))
         chains = []

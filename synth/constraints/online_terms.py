@@ -34,7 +34,7 @@ from synth.constraints.cost import (
 from synth.constraints.online import step_vector, transposed_operand
 from synth.constraints.space import NamedConstraint, SlotKind, TensorUse, unsplit_reason
 from synth.hardware import Memory
-from synth.vectors import vectorisable
+from synth.vectors import contraction, vectorisable
 from synth.workload import Num, Statement, Workload
 
 
@@ -321,6 +321,62 @@ def step_prices(kt: KernelTerms, workload: Workload, vectorised: Mapping[str, in
     return prices, folds
 
 
+# the C emitter's outer products in a step keep at most this many accumulators in a row
+# of dependent updates before the step's exposed chain is priced (`step_chains`)
+FEW_ACCUMULATORS = 4
+
+
+def step_chains(kt: KernelTerms, prices: Mapping[str, ex.Int]) -> list[ex.Int]:
+    """The accumulation chains of a step's contractions that the rest of the step waits
+    for, beyond their own issue (`prices`: cost per point by statement).
+
+    The C emitter runs a step's contraction as a register-blocked outer product in
+    vectors along the target's last dimension (`emit.c_online.outer_product`: QK^T along
+    j with K transposed, PV along e), its accumulators a block of the step's rows times
+    vectors along that dimension (up to 8 x 8, at most 24), each updated once per step of
+    the reduced dimensions, `accumulate_latency` apart. With few accumulators (a block
+    of one row and one to four vectors) the updates wait for the latency, not for the
+    FMA units, and the step's next statements (the maximum, the exponentials, the
+    update of o) need the result: the next block's chain does not start under this
+    one's, as it does between the register tiles of a GEMM (`cpu_compute.chain_cost`).
+    So where the step's tile of rows times that dimension is at most
+    FEW_ACCUMULATORS vectors, the chain (latency x the updates of one accumulator in a
+    row: the statement's points over the tile's rows and that dimension) adds to the
+    step's compute what it exceeds the contraction's own issue by. (Attention S=256's
+    online kernel with a step of 1 x 16 scores, one accumulator of 64 updates, ran
+    0.42 ms against 0.19 priced without it: RESULTS.md, "Chains in the online step".)"""
+    plan = kt.kernel.online
+    if plan is None or not step_in_cache(kt):
+        return []
+    compute = kt.hw.compute
+    vector = roofline.kernel_vector_dim(kt.kernel.statements)
+    innermost = len(kt.slots) - 1
+    outer = [s for s in kt.temporal() if s != innermost]
+    out: list[ex.Int] = []
+    for stmt in kt.kernel.core:
+        latency = roofline.accumulate_ps(stmt, compute)
+        lanes = compute.lanes.get(stmt.dtype.value, 1)
+        if contraction(stmt) is None or not latency or lanes <= 1 or not stmt.indices:
+            continue
+        along = stmt.indices[-1]
+        if along != vector and (transposed_operand(stmt) is None
+                                or step_vector(stmt, vector, True) is None):
+            continue  # not an outer product in vectors along `along`
+        issue = ex.evaluate(prices[stmt.name], {}) * lanes  # per vector instruction
+        if issue * FEW_ACCUMULATORS >= latency:
+            continue  # four accumulators already keep the FMA units busy
+        rows = [d for d in stmt.indices if d != along]
+        block = [along, *rows[-1:]]  # the dims of the accumulators' block
+        chain = ex.mul(*(kt.dim_product(d, outer if d in block else kt.temporal())
+                         for d in stmt.dims))
+        few = ex.Cmp(ex.mul(*(kt.tile(d, innermost) for d in block)), "<=",
+                     ex.const(FEW_ACCUMULATORS * lanes))
+        points = statement_points(kt, stmt)
+        out.append(ex.select(few, ex.add(ex.mul(latency, chain),
+                                         ex.mul(-1, prices[stmt.name], points)), 0))
+    return out
+
+
 def step_copies(kt: KernelTerms, workload: Workload) -> list[ex.Int]:
     """The step's arrays are filled by the core's own loads and stores (the C emitter's
     copies into the thread's stack), not by the caches beside compute: each operand tile
@@ -383,8 +439,16 @@ def stream_bytes(kt: KernelTerms, use: TensorUse, mem: Memory, itemsize: int) ->
     return buffer_bytes(kt, use, mem, len(kt.slots) - 1, itemsize)
 
 
-def stream_cost(kt: KernelTerms, use: TensorUse, mem: Memory, itemsize: int) -> ex.Int:
+def stream_cost(kt: KernelTerms, workload: Workload, use: TensorUse, mem: Memory,
+                itemsize: int) -> ex.Int:
     """A streamed operand's moves into a cache: a step's block per step of every row
-    block, at the cache's rate (it is not kept across row blocks)."""
+    block, at the cache's rate (it is not kept across row blocks); but where the whole
+    tensor takes at most half the cache (`transfers.stays`), its blocks stay
+    there from one row block to the next and each moves in once. (Attention S=1024's
+    V, 256 KiB, priced as refetched from the L3 for each of 256 row blocks: 7.9 ms of
+    an online kernel that ran in 2-3 ms: RESULTS.md, "Packed panels that stay in the L2".)"""
+    from synth.constraints.transfers import stays
+    if stays(workload, use, mem):
+        return tensor_transfer_cost(kt, use, mem, len(kt.slots) - 1, itemsize, once=True)
     return tensor_transfer_cost(kt, use, dataclasses.replace(mem, cache=False),
                                 len(kt.slots) - 1, itemsize)
