@@ -652,9 +652,9 @@ def sweep_command(
         "--hw-set", metavar="KEY=V1,V2,...",
         help="Hardware overrides, for the models that accept KEY.")] = None,
     variant: Annotated[list[str] | None, typer.Option(
-        "--variant", metavar="'NAME: ITEM; ...'",
-        help="A constraint variant; ITEM: a constraint (T <= 4), fix VAR=INT or drop "
-             "GROUP.")] = None,
+        "--variant", metavar="'NAME[@HW,...]: ITEM; ...'",
+        help="A constraint variant (on the models after @ only, when given); ITEM: a "
+             "constraint (T <= 4), fix VAR=INT or drop GROUP.")] = None,
     constraint: Annotated[list[str] | None, typer.Option(
         "--constraint", metavar="EXPR", help="A constraint for every point.")] = None,
     fix: Annotated[list[str] | None, typer.Option(
@@ -681,8 +681,9 @@ def sweep_command(
         "--workers", metavar="N", help="Local worker processes (default: usable cores).")
     ] = None,
     dask: Annotated[str | None, typer.Option(
-        "--dask", metavar="ADDRESS|local", help="Run on the Dask cluster at ADDRESS, or "
-                                                "on a new local one.")] = None,
+        "--dask", metavar="ADDRESS|local", help="Run on the Dask cluster whose scheduler "
+                                                "is at ADDRESS (tcp://HOST:PORT), or on a "
+                                                "new local one.")] = None,
     force: Annotated[bool, typer.Option(
         "--force", help="Run every point again, stored or not.")] = False,
 ) -> None:

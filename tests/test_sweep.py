@@ -340,6 +340,18 @@ def test_dask_local_cluster_gives_the_local_results(
     assert all(r["status"] == "optimal" and not r["from_store"] for r in rows)
 
 
+def test_dask_local_workers_are_out_of_reach_of_ctrl_c() -> None:
+    """`--dask local`'s workers leave the terminal's process group (Ctrl-C goes to the
+    sweep, which stops them; CP-SAT in a worker died of it, printing a C++ error)."""
+    cluster = execute.Cluster("local", 1)
+    try:
+        cluster.connect(lambda text: None)
+        groups = cluster.client.run(os.getpgrp)
+    finally:
+        cluster.close()
+    assert len(groups) == 1 and os.getpgrp() not in groups.values()
+
+
 @pytest.fixture
 def dask_cluster(tmp_path: Path) -> Iterator[str]:
     """`dask scheduler` and `dask worker` as processes on 127.0.0.1; the address."""

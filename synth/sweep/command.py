@@ -199,6 +199,7 @@ def run_points(points: Sequence[Point], todo: Sequence[Point], runner: Runner, o
                 stream.add(rows[point.index])
                 advance(point, result)
     except KeyboardInterrupt:
+        say("interrupted: the finished points are stored; stopping the points in flight")
         return False
     return True
 

@@ -16,6 +16,7 @@ not blamed for one that did.
 
 from __future__ import annotations
 
+import os
 from collections import Counter, deque
 from collections.abc import Callable, Generator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
@@ -145,6 +146,22 @@ def check_address(address: str) -> None:
         raise InputError(f"--dask {address}: port {port} is not a TCP port (1-{MAX_PORT})")
 
 
+DASK_LOG_LEVEL = "error"
+"""What `--dask local`'s scheduler, nannies and workers log (to stderr): errors only. At
+Dask's default (warnings), a sweep interrupted by Ctrl-C printed a screenful: the
+cancelled tasks, and a worker `still alive after 4.0 seconds, killing` (one in CP-SAT,
+which does not return to Python until its search ends)."""
+
+
+def quiet_dask() -> None:
+    """Dask's loggers at `DASK_LOG_LEVEL`, here and in the processes started from here
+    (they read the environment when they import distributed)."""
+    import logging
+
+    os.environ["DASK_LOGGING__DISTRIBUTED"] = DASK_LOG_LEVEL
+    logging.getLogger("distributed").setLevel(DASK_LOG_LEVEL.upper())
+
+
 class Cluster:
     """A client of the Dask cluster at an address, or of a new `LocalCluster` ("local"):
     `connect` before the sweep writes anything (an address nothing answers at is bad
@@ -162,9 +179,11 @@ class Cluster:
             import dask
 
             say(f"starting a Dask LocalCluster of {self.workers} worker processes")
+            quiet_dask()
             with dask.config.set(WORKER_CONFIG):  # the workers' processes inherit it
                 self.cluster = LocalCluster(n_workers=self.workers, threads_per_worker=1,
-                                            processes=True, dashboard_address=None)
+                                            processes=True, dashboard_address=None,
+                                            preload=[task.__name__])  # task.dask_setup
             self.client = Client(self.cluster)
             return
         say(f"connecting to the Dask scheduler at {self.address} (giving up after "

@@ -12,6 +12,7 @@ files. The result says which synth ran it (`synth`: version and source digest) a
 from __future__ import annotations
 
 import contextlib
+import os
 import socket
 import tempfile
 import time
@@ -62,6 +63,15 @@ def _sources(point: Point) -> Iterator[tuple[str, str]]:
             path.write_text(text, encoding="utf-8")
             refs[kind] = str(path)
         yield refs["workload"], refs["hardware"]
+
+
+def dask_setup(worker: object) -> None:
+    """Run by each worker of `--dask local` as it starts (a Dask preload): the worker
+    leaves the terminal's process group, so that Ctrl-C reaches the sweep only, which
+    then stops the cluster itself (Ctrl-C in the worker killed it mid-solve, with
+    CP-SAT's SIGINT handler printing `terminate called ... bad_function_call`)."""
+    if hasattr(os, "setpgrp"):
+        os.setpgrp()
 
 
 def run(point: Point, emit_root: str | None = None) -> dict[str, Any]:
