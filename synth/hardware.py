@@ -153,6 +153,10 @@ class Intrinsic:
         return round(self.pack_cycles * 1e12 / clock_hz)
 
 
+# the operation classes that run on the divider (`Compute.divider_lanes`)
+DIVIDER_OPS = frozenset({"div", "sqrt", "rsqrt", "recip"})
+
+
 @dataclass(frozen=True)
 class Compute:
     """The cost of arithmetic on one unit of a level."""
@@ -176,6 +180,10 @@ class Compute:
     # vector instructions the out-of-order core looks ahead past a waiting accumulator
     # (0: none; every chain is exposed)
     accumulate_window: int = 0
+    # dtype -> elements the divider (div, sqrt, rsqrt, recip) handles at once: an
+    # instruction of fewer lanes than the dtype's `lanes` costs its cycles x
+    # max(lanes used, these) / `lanes` (absent: the same cycles at every width)
+    divider_lanes: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def cycle_ps(self) -> int:
@@ -187,8 +195,13 @@ class Compute:
         table = self.cycles.get(dtype.value)
         if table is None:
             raise InputError(f"the hardware model has no compute costs for dtype {dtype.value}")
-        cycles = table["base"] + sum(table[op] * n for op, n in ops.items())
-        per_element = cycles / (self.lanes.get(dtype.value, 1) if lanes is None else lanes)
+        width = self.lanes.get(dtype.value, 1)
+        used = width if lanes is None else lanes
+        divider = self.divider_lanes.get(dtype.value)
+        narrow = min(1.0, max(used, divider) / width) if divider else 1.0
+        cycles = table["base"] + sum(table[op] * n * (narrow if op in DIVIDER_OPS else 1)
+                                     for op, n in ops.items())
+        per_element = cycles / used
         return max(1, round(per_element * 1e12 / self.clock_hz))
 
 

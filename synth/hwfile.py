@@ -90,7 +90,8 @@ _PUSH_DIRECTION_KEYS = ("one", "full", "latency", "per_unit")
 _LAUNCH_PER_UNIT_KEYS = ("level", "time")
 _TRANSFER_KEYS = ("min", "max", "multiple", "align")
 _COMPUTE_KEYS = ("clock", "cycles", "lanes", "intrinsic", "tile", "dst", "vector_tiles",
-                 "accumulate_latency", "accumulate_window", "fused_multiply_add")
+                 "accumulate_latency", "accumulate_window", "fused_multiply_add",
+                 "divider_lanes")
 _INTRINSIC_KEYS = ("shape", "cycles", "pack")
 _COMPUTE_REQUIRED = ("clock", "cycles")
 _DTYPES = tuple(d.value for d in DType)
@@ -294,6 +295,7 @@ def _override_keys(tree: Mapping[str, Any]) -> dict[str, list[tuple[str | int, .
                 add(f"{table}.cycles.{dtype}.{op}", (table, "cycles", dtype, op))
             add(f"{table}.lanes.{dtype}", (table, "lanes", dtype))
             add(f"{table}.accumulate_latency.{dtype}", (table, "accumulate_latency", dtype))
+            add(f"{table}.divider_lanes.{dtype}", (table, "divider_lanes", dtype))
         for flag in ("vector_tiles", "fused_multiply_add", "accumulate_window"):
             add(f"{table}.{flag}", (table, flag))
     add("compute.dst.sync", ("compute", "dst", "sync"))  # tiles.SYNC_MODES
@@ -413,6 +415,8 @@ def _compute(value: object, where: _Where) -> Compute:
                                                  where.at("accumulate_latency")),
                    accumulate_window=_integer(table.get("accumulate_window", 0),
                                               where.at("accumulate_window"), 0),
+                   divider_lanes=_divider_lanes(table.get("divider_lanes", {}),
+                                                where.at("divider_lanes")),
                    intrinsics=_intrinsics(table.get("intrinsic", {}), where.at("intrinsic")),
                    tiling=parse_tiling(table, _DTYPES, where))
 
@@ -454,6 +458,17 @@ def _latencies(value: object, where: _Where) -> dict[str, float]:
         if dtype not in _DTYPES:
             raise where.error(f"unknown dtype {dtype!r}{_suggest(dtype, _DTYPES)}")
         out[dtype] = _cycles(cycles, where.at(dtype))
+    return out
+
+
+def _divider_lanes(value: object, where: _Where) -> dict[str, int]:
+    """`divider_lanes = { f32 = 4 }`: elements the divider (div, sqrt, rsqrt, recip)
+    handles at once, per dtype (`Compute.divider_lanes`)."""
+    out: dict[str, int] = {}
+    for dtype, lanes in _table(value, where).items():
+        if dtype not in _DTYPES:
+            raise where.error(f"unknown dtype {dtype!r}{_suggest(dtype, _DTYPES)}")
+        out[dtype] = _integer(lanes, where.at(dtype), 1)
     return out
 
 

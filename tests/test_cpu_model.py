@@ -115,7 +115,8 @@ def test_register_tiles_are_whole_vectors_and_fit() -> None:
 
 def test_one_accumulator_is_chain_bound() -> None:
     """A 1 x lanes register tile of a GEMM updates one vector accumulator in a row (4
-    cycles each); eight rows of accumulators hide that latency."""
+    cycles each; with 64 updates per tile the next tiles' chains hide a third of it:
+    `cpu_compute.chain_cost`); eight rows of accumulators hide that latency."""
     workload = parse_workload(MATMUL, "<test>", "mm")
     model, _ = solved(workload)
     [kernel] = model.kernels
@@ -125,7 +126,7 @@ def test_one_accumulator_is_chain_bound() -> None:
                                      f"V.{name}.k=1", f"Q.{name}.k=64", "P=1"))
     wide = solved(workload, fixes=(f"V.{name}.m=8", f"V.{name}.n={lanes}",
                                    f"V.{name}.k=1", f"Q.{name}.k=64", "P=1"))
-    assert parts(*narrow)["compute"] > 2 * parts(*wide)["compute"]
+    assert parts(*narrow)["compute"] > 1.5 * parts(*wide)["compute"]
     # without the latency the two issue the same instructions
     flat = ("compute.accumulate_latency.f32=0",)
     narrow_flat = solved(workload, flat, (f"V.{name}.m=1", f"V.{name}.n={lanes}",

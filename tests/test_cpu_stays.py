@@ -3,7 +3,7 @@ its accumulators (issue 11, RESULTS.md "Packed panels that stay in the L2" and "
 the online step"):
 
 - a packed operand whose whole tensor takes at most half the L2 moves in once per
-  distinct tile (`transfers.packed_fills`), not again at every step of a loop that
+  distinct tile (`transfers.resident_moves`), not again at every step of a loop that
   meets its panels again (attention S=1024's QK^T: 75 ms modelled, 2.7 ms measured);
 - an online step's streamed operand (attention's V) that stays in the L2 is not
   refetched for every block of rows (`online_terms.stream_cost`);
@@ -21,7 +21,7 @@ from synth.constraints import cost, online_terms
 from synth.constraints import expr as ex
 from synth.constraints.cpu_compute import vector_compute_cost
 from synth.constraints.result import Status
-from synth.constraints.transfers import packed_fills
+from synth.constraints.transfers import resident_moves
 from synth.hwfile import load_hardware
 from synth.lang import load_workload, parse_workload
 from synth.pipeline import encode
@@ -63,7 +63,7 @@ def test_a_packed_operand_that_stays_in_the_l2_moves_in_once() -> None:
     kt = cost.KernelTerms(kernel, model.factors, model.hw)
     use = next(u for u in kt.moving() if u.tensor == "K")
     l2 = model.hw.memory("l2")
-    once = packed_fills(kt, model.workload, use, l2, slot_of(kt, "l2"), 4)
+    once = resident_moves(kt, model.workload, use, l2, slot_of(kt, "l2"), 4)
     assert once is not None
     rows = cost.tensor_transfer_cost(kt, use, l2, slot_of(kt, "l2"), 4)
     assert ex.evaluate(once, env) <= 1024 * 64 * 4 * l2.ps_per_byte
@@ -73,8 +73,8 @@ def test_a_packed_operand_that_stays_in_the_l2_moves_in_once() -> None:
     kt = cost.KernelTerms(small.kernels[0], small.factors, small.hw)
     use = next(u for u in kt.moving() if u.tensor == "K")
     l2 = small.hw.memory("l2")
-    assert packed_fills(kt, small.workload, use, l2, slot_of(kt, "l2"), 4) is None
-    assert packed_fills(kt, small.workload, next(
+    assert resident_moves(kt, small.workload, use, l2, slot_of(kt, "l2"), 4) is None
+    assert resident_moves(kt, small.workload, next(
         u for u in kt.moving() if u.tensor == "s"), l2, slot_of(kt, "l2"), 4) is None
 
 

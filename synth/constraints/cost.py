@@ -854,10 +854,10 @@ def _moves(kt: KernelTerms, workload: Workload, use: TensorUse, mem: Memory, slo
         if streamed(kt, use, slot):  # an online step's operand streaming through a cache
             return stream_cost(kt, workload, use, mem, itemsize)
     elif kt.hw.compute.vector_tiles:
-        from synth.constraints.transfers import packed_fills, packed_moves  # builds on this
+        from synth.constraints.transfers import packed_moves, resident_moves  # builds on this
         packed = packed_moves(kt, use, mem, slot, itemsize)
         if packed is None:
-            packed = packed_fills(kt, workload, use, mem, slot, itemsize)
+            packed = resident_moves(kt, workload, use, mem, slot, itemsize)
         if packed is not None:
             return packed
     if kt.kernel.online is None and mem.ways:

@@ -91,11 +91,22 @@ def chain_cost(kt: KernelTerms, stmt: Statement, vector: str | None, lanes: int)
     each accumulator's updates in a row (`chain_points`) at the accumulate latency, where
     the out-of-order core does not find enough other work to fill the wait. It does
     between register tiles: while one tile's chain runs, the next tile's (independent)
-    instructions issue, as far as `accumulate_window` vector instructions ahead. So a
-    tile's chain is exposed in full only when the tile's instructions fill the window,
-    and otherwise in the share they fill:
+    chains start as far as `accumulate_window` vector instructions ahead. With u updates
+    per tile of one accumulator, about 1 + window / u chains are in flight, and the
+    tile's share of its chain that stays exposed is u / (u + window): over all tiles the
+    parallel sum of the chain and of the share the window leaves,
 
-        latency x min(chain, instructions x (updates per tile) / window)"""
+        latency x chain x shared / (chain + shared),
+        shared = instructions x (updates per tile) / window
+
+    (no more than the smaller of the two, at least half of it). Measured (one thread, one
+    accumulator per 1 x 16 tile, operands from the L1; RESULTS.md, "Chains across register
+    tiles"): 1.6, 2.2, 2.5, 3.1, 3.4 cycles per FMA at 64, 128, 256, 512, 1024 updates per
+    tile, against 1.3, 2.0, 2.7, 3.2, 3.6 so priced with a window of 128 (the min of the
+    two, used before, priced 2.0 and then 4.0 from 128 updates on: attention S=256's PV
+    with 256 updates per tile ran 2.7 cycles per FMA where it was priced 4). Written as
+    one division: CP-SAT's time on the cpu built-ins was unchanged (the sum written with
+    a max took it 1.8-6.7 s on layernorm: RESULTS.md, "Packed operands")."""
     compute = kt.hw.compute
     chain = chain_points(kt, stmt, vector)
     latency = roofline.accumulate_ps(stmt, compute)
@@ -104,9 +115,7 @@ def chain_cost(kt: KernelTerms, stmt: Statement, vector: str | None, lanes: int)
     instructions = ex.ceil_div(kt.sequential_points(), lanes)
     shared = ex.ceil_div(ex.mul(instructions, updates_per_tile(kt, stmt, vector)),
                          compute.accumulate_window)
-    # the min as a select: written as chain + shared - max(chain, shared) it took CP-SAT
-    # 1.8-6.7 s on layernorm (window 48-128) against 0.25 s (RESULTS.md, "Packed operands")
-    return ex.mul(latency, ex.select(ex.Cmp(chain, "<=", shared), chain, shared))
+    return ex.mul(latency, ex.ceil_div(ex.mul(chain, shared), ex.add(chain, shared)))
 
 
 def updates_per_tile(kt: KernelTerms, stmt: Statement, vector: str | None) -> ex.Int:

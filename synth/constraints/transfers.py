@@ -312,26 +312,26 @@ def packed_moves(kt: KernelTerms, use: TensorUse, mem: Memory, slot: int, itemsi
     return tensor_transfer_cost(kt, use, dataclasses.replace(mem, rules=runs), slot, itemsize)
 
 
-def packed_fills(kt: KernelTerms, workload: Workload, use: TensorUse, mem: Memory, slot: int,
-                 itemsize: int) -> ex.Int | None:
-    """`use`'s moves into `mem` where `mem` is the cache the C emitter packs it in
-    (`packed_operand`; `synth.emit.c_pack`, on `cpu` each core's L2) and its whole
-    tensor stays there (`stays`). The copy packs each distinct tile once per call
-    (`c_pack.revisits`: a loop around the tile that does not walk it, with loops that
-    do inside, keeps a packed slot per step of those), reading the tensor from the
-    parent; a step of such a loop that meets a tile again reads its packed panel, which
-    stays in `mem`, as do the tensor's lines between the tiles that share them. So each
-    distinct tile moves in once, as its bytes. (Priced as a tile of the tensor's rows at
-    every meeting, attention S=1024's QK^T with K's L2 tile [1024 x 2] under a loop
-    over the 1024 queries was 75 ms of L3 traffic; K, 256 KiB, stays in the 2 MiB L2
-    and the kernel ran 2.7 ms: RESULTS.md, "Packed panels that stay in the L2".) None
-    where this does not apply: a tensor that does not stay is priced as any other
-    (its panels' revisits as rows of the tensor: pricing them as the panel's bytes
-    changed no measured schedule and slowed CP-SAT on swiglu and the transformer)."""
-    if (pack_memory(kt.hw) != mem.name or not mem.cache or not use.indices or use.written
-            or not packed_operand(kt, use)):
-        return None
-    if not stays(workload, use, mem):
+def resident_moves(kt: KernelTerms, workload: Workload, use: TensorUse, mem: Memory,
+                   slot: int, itemsize: int) -> ex.Int | None:
+    """`use`'s moves into `mem`, a cache, where the kernel only reads the tensor and the
+    whole of it stays there (`stays`): each distinct tile moves in once, as its bytes
+    (the lines its tiles share come once), however often the loops around meet it
+    again. The cache model of `transfer_loops` otherwise moves a tile again for every
+    step of a loop around it that has a loop walking the tensor inside (its tiles
+    between are taken to evict it). Where the C emitter packs the tensor (a
+    contraction operand, `c_pack`), the copy packs each distinct tile once per call
+    (`c_pack.revisits`) and the panels stay as the tensor's lines do. (Priced at every
+    meeting, attention S=1024's QK^T with K's L2 tile [1024 x 2] under a loop over the
+    1024 queries was 75 ms of L3 traffic; K, 256 KiB, stays in the 2 MiB L2 and the
+    kernel ran 2.7 ms; rownorm's g and b, 4 KiB each, were priced 2 MiB of L3
+    traffic each in a kernel of 0.14 ms: RESULTS.md, "Tensors that stay in a cache".)
+    None where this does not apply: a tensor that does not stay is priced as any other
+    (for a packed one, its panels' revisits as rows of the tensor: pricing them as the
+    panel's bytes changed no measured schedule and slowed CP-SAT on swiglu and the
+    transformer)."""
+    if (not mem.cache or not use.indices or use.written or mem.name == kt.hw.memories[-1].name
+            or not stays(workload, use, mem)):
         return None
     runs = dataclasses.replace(mem, rules=dataclasses.replace(mem.rules, multiple=itemsize))
     return tensor_transfer_cost(kt, use, runs, slot, itemsize, once=True)

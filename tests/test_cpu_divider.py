@@ -1,0 +1,102 @@
+"""The cpu model's divider and its chains across register tiles (issue 11, RESULTS.md
+"Scalar divisions" and "Chains across register tiles"):
+
+- `compute.divider_lanes`: div, sqrt, rsqrt and recip run on a divider 4 f32 lanes wide,
+  so in scalar code they cost a quarter of a 16-lane instruction (measured: scalar
+  1/sqrt 5.0 cycles, 16 lanes 20.1); rownorm's r[s] = rsqrt(...) recomputed per row for
+  every column tile was priced 0.31 ms in a kernel that ran 0.14;
+- `cpu_compute.chain_cost`: one accumulator per register tile with u updates runs at
+  about latency x u / (u + window) per FMA, not the full latency from u = window on.
+
+Relations only, deterministic solver limits."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+from conftest import solve
+
+from synth.constraints.cost import Model, evaluate_cost
+from synth.constraints.result import Status
+from synth.errors import InputError
+from synth.hwfile import load_hardware
+from synth.lang import parse_workload
+from synth.pipeline import encode
+from synth.workload import DType
+
+ROW_NORM = """
+size S = 64
+size D = 1024
+in  x : f32[S, D]
+in  vs : f32[S]
+out y : f32[S, D]
+r[s]     = rsqrt(vs[s] / D + 0.00001)
+y[s, d]  = x[s, d] * r[s]
+"""
+
+MATMUL = """
+size M = 64
+size N = 64
+size K = 256
+in  A : f32[M, K]
+in  B : f32[K, N]
+out C : f32[M, N]
+C[m, n] += A[m, k] * B[k, n]
+"""
+
+
+def solved(text: str, hw_set: tuple[str, ...], fixes: tuple[str, ...]
+           ) -> tuple[Model, dict[str, int]]:
+    model = encode(parse_workload(text, "<test>", "w"), load_hardware("cpu", hw_set),
+                   fixes=fixes)
+    result = solve(model.constraints)
+    assert result.status is Status.OPTIMAL and result.env is not None, result.status
+    return model, dict(result.env)
+
+
+def test_scalar_divisions_cost_a_quarter_of_a_vector_one() -> None:
+    """(With AVX-512's 16 lanes a quarter; with AVX2's 8, a half.)"""
+    compute = load_hardware("cpu").compute
+    lanes = compute.lanes["f32"]
+    assert compute.divider_lanes["f32"] == 4 and lanes >= 8
+    ratio = lanes / 4
+    ops = Counter({"rsqrt": 1})
+    vector = compute.point_ps(ops, DType.F32, lanes) * lanes  # one whole-vector instruction
+    scalar = compute.point_ps(ops, DType.F32, 1)
+    assert 0.9 * ratio * scalar < vector < 1.1 * ratio * scalar
+    adds = Counter({"add": 1})  # other operations cost alike at any width
+    assert compute.point_ps(adds, DType.F32, lanes) * lanes == pytest.approx(
+        compute.point_ps(adds, DType.F32, 1), rel=0.05)
+    wide = load_hardware("cpu", (f"compute.divider_lanes.f32={lanes}",)).compute
+    assert wide.point_ps(ops, DType.F32, 1) > 0.9 * ratio * scalar
+
+
+def test_a_row_statistic_recomputed_per_column_tile_is_cheaper_scalar() -> None:
+    """r[s] fused with y and recomputed for every tile of 16 columns: the scalar
+    rsqrt of each row is the kernel's compute; priced on a 4-lane divider it costs less
+    than on one as wide as the vector."""
+    lanes = load_hardware("cpu").compute.lanes["f32"]
+    fixes = ("fuse.r_y=1", f"V.r_y.d={lanes}", "V.r_y.s=1", "P=1")
+    model, env = solved(ROW_NORM, (), fixes)
+    wide = encode(model.workload, load_hardware("cpu", (f"compute.divider_lanes.f32={lanes}",)))
+    assert evaluate_cost(model, env)["compute"] < evaluate_cost(wide, env)["compute"]
+
+
+def test_divider_lanes_bad_values_are_clear_errors() -> None:
+    for bad in ("compute.divider_lanes.f32=0", "compute.divider_lanes.f32=two"):
+        with pytest.raises(InputError, match="divider_lanes"):
+            load_hardware("cpu", (bad,))
+
+
+def test_a_long_chain_per_tile_is_not_exposed_in_full() -> None:
+    """One accumulator per 1 x lanes register tile with 256 updates per tile: priced
+    between half and all of latency x its updates (measured 2.5 of 4 cycles per FMA;
+    the min of chain and window share priced all of it)."""
+    hw = load_hardware("cpu").compute
+    lanes = hw.lanes["f32"]
+    fixes = ("V.C.m=1", f"V.C.n={lanes}", "V.C.k=1", "Q.C.k=256", "P=1")
+    model, env = solved(MATMUL, (), fixes)
+    fmas = 64 * 64 * 256 // lanes
+    full = fmas * round(4 * 1e12 / hw.clock_hz)
+    assert full / 2 < evaluate_cost(model, env)["compute"] < full
