@@ -691,7 +691,8 @@ def sweep_command(
     write results.csv, results.jsonl, plots and index.html into --out DIR.
 
     Exit codes: 0 every point ran (whatever its status), 2 bad input (checked before any
-    point runs), else the first failed point's code; 130 interrupted (rerun to resume).
+    point runs, an unreachable --dask scheduler too), else the first failed point's code;
+    130 interrupted, 69 the Dask scheduler lost (rerun to resume either).
     """
     def action() -> int:
         from synth.sweep import command

@@ -353,8 +353,14 @@ def test_dask_local_workers_are_out_of_reach_of_ctrl_c() -> None:
 
 
 @pytest.fixture
-def dask_cluster(tmp_path: Path) -> Iterator[str]:
-    """`dask scheduler` and `dask worker` as processes on 127.0.0.1; the address."""
+def dask_cluster(dask_processes: tuple[str, subprocess.Popen[bytes]]) -> str:
+    return dask_processes[0]
+
+
+@pytest.fixture
+def dask_processes(tmp_path: Path) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """`dask scheduler` and `dask worker` as processes on 127.0.0.1; the address and the
+    scheduler's process."""
     dask = Path(sys.executable).parent / "dask"
     scheduler_file = tmp_path / "scheduler.json"
     started = []
@@ -372,7 +378,7 @@ def dask_cluster(tmp_path: Path) -> Iterator[str]:
             time.sleep(0.2)
         address = json.loads(scheduler_file.read_text())["address"]
         assert address.startswith("tcp://127.0.0.1:")
-        yield address
+        yield address, started[0]
     finally:
         for process in reversed(started):  # the worker first: it would wait for the
             process.terminate()            # scheduler to come back
@@ -405,6 +411,33 @@ def test_dask_scheduler_and_worker_processes(dask_cluster: str, tmp_path: Path) 
                                                             ("cpu", "optimal")]
     assert all(r["host"] == socket.gethostname() for r in rows)
     assert len(list((out / "points").iterdir())) == 2
+
+
+def test_a_lost_scheduler_stops_the_sweep_with_exit_69(
+        dask_processes: tuple[str, subprocess.Popen[bytes]], tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """The scheduler dies once the points are submitted (each takes a second or more to
+    solve): the sweep stops at once with EX_UNAVAILABLE, not with one error row per point
+    and exit 70 (a bug in synth) as before; a rerun resumes."""
+    import distributed
+
+    address, scheduler = dask_processes
+    real = distributed.as_completed
+
+    def kill_the_scheduler(futures: Any) -> Any:
+        scheduler.kill()
+        scheduler.wait(timeout=60)
+        return real(futures)
+
+    monkeypatch.setattr(distributed, "as_completed", kill_the_scheduler)
+    out = tmp_path / "out"
+    flags = Flags(str(out), workloads=["swiglu"], hardware=["cpu"], sizes=["S=32,64"],
+                  dask=address)
+    assert command.main(flags) == execute.EXIT_LOST == 69
+    said = capsys.readouterr()
+    assert f"lost the Dask scheduler at {address}" in said.err
+    assert "the Dask scheduler was lost: 2 points not run" in said.out
+    assert read_rows(out) == [] and "Traceback" not in said.err
 
 
 # ---------------------------------------------------------------- spec files and flags

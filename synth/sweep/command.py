@@ -7,7 +7,8 @@ Exit codes: 0 when every point has a row and none failed, whatever its status
 (infeasible and timed-out points are rows); else the first failed point's code: its
 error's (4 for a loop nest breaking an IR rule, 70 for a bug in synth), or 4 for a failed
 validation or emitted-program check (only with validation on). 2 for bad input, found
-before any point runs. 130 when interrupted (Ctrl-C): the rows so far are written, the
+before any point runs. 130 when interrupted (Ctrl-C), 69 when the Dask scheduler is lost
+mid-sweep (`execute.EXIT_LOST`): the rows so far are written, the
 finished points stored, and a rerun of the same command resumes.
 """
 
@@ -177,9 +178,10 @@ def results(points: Sequence[Point], runner: Runner, cluster: execute.Cluster | 
 
 def run_points(points: Sequence[Point], todo: Sequence[Point], runner: Runner, out: Path,
                rows: dict[int, dict[str, Any]], cluster: execute.Cluster | None = None
-               ) -> bool:
+               ) -> int | None:
     """Run `todo`, storing each result and adding its row (to `rows` and to the end of
-    `results.jsonl`) as it arrives; False when interrupted."""
+    `results.jsonl`) as it arrives; None when every point ran, else the exit code of
+    why the sweep stopped early (interrupted; the Dask scheduler lost)."""
     keep = store.Store(out)
     version = synth_version()
     emit_root = str((out / "emit").resolve())
@@ -200,8 +202,11 @@ def run_points(points: Sequence[Point], todo: Sequence[Point], runner: Runner, o
                 advance(point, result)
     except KeyboardInterrupt:
         say("interrupted: the finished points are stored; stopping the points in flight")
-        return False
-    return True
+        return EXIT_INTERRUPTED
+    except execute.ClusterLost as exc:
+        say(f"{exc}: the finished points are stored; the others did not run")
+        return execute.EXIT_LOST
+    return None
 
 
 @contextlib.contextmanager
@@ -240,12 +245,12 @@ def main(flags: Flags) -> int:
     with connected(runner, todo) as cluster:  # a Dask scheduler that does not answer:
         out_dir(flags.out)                     # exit 2 before anything is written
         start = time.perf_counter()
-        finished = run_points(points, todo, runner, out, rows, cluster) if todo else True
+        stopped = run_points(points, todo, runner, out, rows, cluster) if todo else None
         elapsed = time.perf_counter() - start
     ordered = [rows[p.index] for p in points if p.index in rows]
     written = write_outputs(out, ordered, base, spec, len(points), runner.workers)
-    print(summary(ordered, len(points), elapsed, written, finished), flush=True)
-    return exit_code(ordered) if finished else EXIT_INTERRUPTED
+    print(summary(ordered, len(points), elapsed, written, stopped), flush=True)
+    return exit_code(ordered) if stopped is None else stopped
 
 
 def write_outputs(out: Path, rows: Sequence[Mapping[str, Any]], base: Baseline | None,
@@ -266,15 +271,16 @@ def write_outputs(out: Path, rows: Sequence[Mapping[str, Any]], base: Baseline |
 
 
 def summary(rows: Sequence[Mapping[str, Any]], total: int, elapsed: float,
-            written: Sequence[Path], finished: bool) -> str:
+            written: Sequence[Path], stopped: int | None) -> str:
     statuses = Counter(str(r["status"]) for r in rows)
     counts = ", ".join(f"{n} {status}" for status, n in statuses.most_common())
     stored = sum(1 for r in rows if r["from_store"])
     head = (f"sweep: {len(rows)} of {total} points ({len(rows) - stored} run in "
             f"{elapsed:.1f} s, {stored} from the store): {counts or 'none'}")
     lines = [head]
-    if not finished:
-        lines.append(f"interrupted: {total - len(rows)} points not run; the same command "
+    if stopped is not None:
+        why = "interrupted" if stopped == EXIT_INTERRUPTED else "the Dask scheduler was lost"
+        lines.append(f"{why}: {total - len(rows)} points not run; the same command "
                      f"resumes (finished points are stored)")
     failed = [r for r in rows if r["status"] == "error"]
     for r in failed[:ERRORS_SHOWN]:

@@ -38,6 +38,7 @@ WORKER_CONFIG = {"distributed.worker.profile.enabled": False}
 profiler, on by default: overhead a point's Python stages pay, for a dashboard the sweep
 does not start)."""
 CONNECT_TIMEOUT_S = 30  # to reach a Dask scheduler (distributed's own default is 30 s)
+CLOSE_TIMEOUT_S = 10  # to close the client (a lost scheduler: it gives up at once)
 
 
 def failed(point: Point, message: str) -> dict[str, Any]:
@@ -150,16 +151,28 @@ DASK_LOG_LEVEL = "error"
 """What `--dask local`'s scheduler, nannies and workers log (to stderr): errors only. At
 Dask's default (warnings), a sweep interrupted by Ctrl-C printed a screenful: the
 cancelled tasks, and a worker `still alive after 4.0 seconds, killing` (one in CP-SAT,
-which does not return to Python until its search ends)."""
+which does not return to Python until its search ends). The sweep's own process logs
+nothing from Dask (`critical` only): what matters (a scheduler that cannot be reached or
+is lost) the sweep says itself, without the client's reconnection tracebacks."""
 
 
 def quiet_dask() -> None:
-    """Dask's loggers at `DASK_LOG_LEVEL`, here and in the processes started from here
-    (they read the environment when they import distributed)."""
+    """Dask's loggers at `DASK_LOG_LEVEL` in the processes started from here (they read
+    the environment when they import distributed), at critical here."""
     import logging
 
     os.environ["DASK_LOGGING__DISTRIBUTED"] = DASK_LOG_LEVEL
-    logging.getLogger("distributed").setLevel(DASK_LOG_LEVEL.upper())
+    for name in ["distributed", *logging.root.manager.loggerDict]:
+        if name.split(".")[0] == "distributed":  # dask's config sets some levels of
+            logging.getLogger(name).setLevel(logging.CRITICAL)  # its own (the client's)
+
+
+class ClusterLost(Exception):
+    """The client lost its Dask scheduler in the middle of the sweep: the points not
+    finished cannot run (`synth sweep` stores what finished and exits `EXIT_LOST`)."""
+
+
+EXIT_LOST = 69  # EX_UNAVAILABLE of sysexits.h: the cluster went away; a rerun resumes
 
 
 class Cluster:
@@ -175,11 +188,11 @@ class Cluster:
     def connect(self, say: Callable[[str], None]) -> None:
         from distributed import Client, LocalCluster
 
+        quiet_dask()
         if self.address == "local":
             import dask
 
             say(f"starting a Dask LocalCluster of {self.workers} worker processes")
-            quiet_dask()
             with dask.config.set(WORKER_CONFIG):  # the workers' processes inherit it
                 self.cluster = LocalCluster(n_workers=self.workers, threads_per_worker=1,
                                             processes=True, dashboard_address=None,
@@ -199,7 +212,7 @@ class Cluster:
 
     def close(self) -> None:
         if self.client is not None:
-            self.client.close()
+            self.client.close(timeout=CLOSE_TIMEOUT_S)
         if self.cluster is not None:
             self.cluster.close()
 
@@ -220,9 +233,12 @@ def on_dask(points: Sequence[Point], cluster: Cluster, emit_root: str | None) ->
             try:
                 outcome, storable = future.result(), True
             except Exception as exc:  # the task was lost (a worker died) or cancelled
+                if client.status != "running":  # no scheduler: no point can run
+                    raise ClusterLost(f"lost the Dask scheduler at {cluster.address} "
+                                      f"(the client is {client.status})") from None
                 outcome = failed(point, f"Dask: {type(exc).__name__}: {exc}")
                 storable = False
             yield point, outcome, storable
     finally:
-        if futures:
+        if futures and client.status == "running":
             client.cancel(list(futures))
