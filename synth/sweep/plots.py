@@ -42,6 +42,10 @@ BREAKDOWN_BAR_IN = 5.0  # the width of the breakdown's bars (the share axis)
 LABEL_CHAR_IN = 0.055  # the width of a character of a 7-point tick label (DejaVu Sans)
 LEGEND_IN = 2.1  # right of the breakdown's bars: the legend of its parts
 LEGEND_GAP = 1.06  # where the legend starts, in bar widths: clear of the 100% label
+PANEL_LEGEND_MAX = 4  # series a panel's own legend lists; more: one legend below them all
+LEGEND_ROW_IN = 0.2  # a row of the legend below the panels (7-point labels)
+LEGEND_PAD_IN = 0.25  # around it
+LEGEND_HANDLE_IN = 0.8  # a legend entry besides its label: the line, the gaps
 PANEL_FRAME_IN = 1.0  # a breakdown panel's height besides its bars: title, share axis
 PANEL_BOTTOM_IN = 0.6  # of which below the bars: the share axis and its label
 MAX_BARS = 60  # bars per workload in the breakdown: more do not fit a readable panel
@@ -121,16 +125,18 @@ class Styles:
 # ---------------------------------------------------------------- figures
 
 
-def _figure(panels: int) -> tuple[Any, list[Any]]:
+def _figure(panels: int, legend_in: float = 0.0) -> tuple[Any, list[Any]]:
     """A grid of `panels` panels of `PANEL_IN`, with fixed margins in inches (matplotlib's
-    constrained layout found the same margins at a third of a plot's drawing time)."""
+    constrained layout found the same margins at a third of a plot's drawing time), and
+    `legend_in` inches below them for a legend."""
     from matplotlib.figure import Figure
 
     columns = max(1, min(MAX_COLUMNS, panels))
     rows = max(1, math.ceil(panels / columns))
-    width, height = PANEL_IN[0] * columns, PANEL_IN[1] * rows + TITLE_IN
+    width, height = PANEL_IN[0] * columns, PANEL_IN[1] * rows + TITLE_IN + legend_in
     figure = Figure(figsize=(width, height))
     left, right, bottom, top = MARGINS_IN
+    bottom += legend_in
     figure.subplots_adjust(left=left / width, right=1 - right / width, bottom=bottom / height,
                            top=1 - (top + TITLE_IN) / height,
                            wspace=(left + right) / (PANEL_IN[0] - left - right),
@@ -180,8 +186,6 @@ def _lines(ax: Any, rows: Sequence[Row], value: Callable[[Row], float | None],
     ax.set_yscale("log")
     ax.set_xlabel(f"problem size ({name})")
     ax.grid(True, which="major", alpha=0.3)
-    if series:
-        ax.legend(fontsize=7)
 
 
 BINARY = (("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10))
@@ -232,16 +236,36 @@ def size_plot(out: Path, rows: Sequence[Row], name: str, title: str, ylabel: str
     """Per workload, `value` against problem size, one line per series (`label`, by
     default `series_of(rows)`), and a grey horizontal line at `level` (not a series)."""
     groups = by_workload(rows)
-    figure, axes = _figure(len(groups))
     label = label or series_of(rows)
+    labels = list(dict.fromkeys(label(r) for r in rows if (value(r) or 0) > 0))
+    shared = len(labels) > PANEL_LEGEND_MAX
+    columns = _legend_columns(labels, min(MAX_COLUMNS, len(groups)) * PANEL_IN[0])
+    legend_in = (LEGEND_ROW_IN * math.ceil(len(labels) / columns) + LEGEND_PAD_IN
+                 if shared else 0.0)
+    figure, axes = _figure(len(groups), legend_in)
     for ax, (workload, group) in zip(axes, groups.items(), strict=True):
         _lines(ax, group, value, styles, label)
         if level is not None:
             ax.axhline(level, color="grey", linewidth=0.8, label="_level")
+        if ax.get_lines() and not shared:
+            ax.legend(fontsize=7)
         _log_ticks(ax, "s" if level is None else None)
         ax.set_title(workload)
         ax.set_ylabel(ylabel)
+    if shared:
+        handles = {h.get_label(): h for ax in reversed(axes) for h in ax.get_lines()}
+        figure.legend([handles[t] for t in labels if t in handles],
+                      [t for t in labels if t in handles], loc="lower center",
+                      ncols=columns, fontsize=7, frameon=False,
+                      bbox_to_anchor=(0.5, LEGEND_PAD_IN / 2 / figure.get_figheight()))
     return _save(figure, out, name, title, axes)
+
+
+def _legend_columns(labels: Sequence[str], width_in: float) -> int:
+    """How many of `labels` fit side by side in `width_in` (a figure's legend)."""
+    longest = max((len(t) for t in labels), default=1)
+    return max(1, min(len(labels), int(width_in // (LABEL_CHAR_IN * longest
+                                                     + LEGEND_HANDLE_IN))))
 
 
 def _breakdown_groups(rows: Sequence[Row]) -> tuple[dict[str, list[Row]], list[str]]:
