@@ -152,9 +152,22 @@ def test_plots_are_images_with_one_series_per_hardware_model(swept: tuple[Path, 
         assert [p["title"] for p in panels] == ["softmax", "va"]
         for panel in panels:
             assert panel["series"] == ["upmem", "cpu"] and panel["points"] == 4
+        # in the images themselves: the models' colours (C0, C1) and no third one, and
+        # each panel's legend names both models
+        with Image.open(out / f"{name}.png") as image:
+            colours = {c for _, c in image.convert("RGB").getcolors(2**24) or []}
+        assert {SERIES_RGB[0], SERIES_RGB[1]} <= colours
+        assert not colours & set(SERIES_RGB[2:])
+        texts = [t.text for t in ET.parse(out / f"{name}.svg").iter()
+                 if t.tag.endswith("text")]
+        assert texts.count("upmem") == texts.count("cpu") == 2  # a legend per panel
     # upmem is the baseline (the first model): the ratio has the other one
     assert all(p["series"] == ["cpu"] for p in plots["ratio"]["panels"])
     assert "compute" in plots["breakdown"]["panels"][0]["series"]
+
+
+SERIES_RGB = [(0x1F, 0x77, 0xB4), (0xFF, 0x7F, 0x0E), (0x2C, 0xA0, 0x2C), (0xD6, 0x27, 0x28),
+              (0x94, 0x67, 0xBD), (0x8C, 0x56, 0x4B)]  # matplotlib's C0..C5
 
 
 class _Page(HTMLParser):
