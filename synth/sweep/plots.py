@@ -157,7 +157,7 @@ def _panel(ax: Any) -> dict[str, Any]:
                           if not line.get_label().startswith("_"))}
 
 
-SVG_TEXT = {"svg.fonttype": "none"}
+SVG_FONTTYPE = "none"
 """Text in the SVG files as text, not as glyph outlines: searchable and selectable in a
 browser, and a third of the size."""
 
@@ -170,7 +170,7 @@ def _save(figure: Any, out: Path, name: str, title: str, axes: Sequence[Any]) ->
     files = []
     for fmt in FORMATS:
         path = out / f"{name}.{fmt}"
-        with rc_context(SVG_TEXT):
+        with rc_context({"svg.fonttype": SVG_FONTTYPE}):
             figure.savefig(path, format=fmt)
         files.append(path)
     return Plot(name, title, tuple(files), panels)
