@@ -273,6 +273,37 @@ def test_results_jsonl_grows_as_points_finish(
     assert [r["index"] for r in read_rows(out)] == [1, 2, 3]
 
 
+def test_ctrl_c_on_a_real_sweep_keeps_the_finished_points(tmp_path: Path) -> None:
+    """SIGINT to `synth sweep` in its own process, once the first point (va, tens of
+    milliseconds) is in results.jsonl while the second (swiglu on upmem: seconds) runs:
+    exit 130, the first point stored and in the tables, the second not; a rerun runs
+    only the second."""
+    import signal
+
+    path = tmp_path / "sweep.toml"
+    path.write_text("workloads = [{ name = 'va', sizes = { N = 64 } }, "
+                    "{ name = 'swiglu', sizes = { S = 32 } }]\nhardware = ['upmem']\n",
+                    encoding="utf-8")
+    out = tmp_path / "out"
+    sweep = subprocess.Popen([sys.executable, "-m", "synth.cli", "sweep", str(path), "--out",
+                              str(out), "--workers", "1"], cwd=ROOT, text=True,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    jsonl = out / store.JSONL_NAME
+    deadline = time.monotonic() + DASK_START_S
+    while sweep.poll() is None and time.monotonic() < deadline and not (
+            jsonl.exists() and jsonl.read_text(encoding="utf-8").count("\n") >= 1):
+        time.sleep(0.05)
+    sweep.send_signal(signal.SIGINT)
+    stdout, _ = sweep.communicate(timeout=120)
+    assert sweep.returncode == command.EXIT_INTERRUPTED, stdout
+    assert "sweep: 1 of 2 points" in stdout and "interrupted: 1 points not run" in stdout
+    assert [r["workload"] for r in read_rows(out)] == ["va"]
+    assert len(list((out / "points").iterdir())) == 1
+    plan = points.expand(spec.from_file(str(path)))
+    keep = store.Store(out)
+    assert [keep.load(p.key) is not None for p in plan] == [True, False]
+
+
 def test_keys_follow_what_decides_a_result() -> None:
     def keys(**changes: Any) -> list[str]:
         flags = Flags("unused", **{**SMALL_FLAGS, **changes})
@@ -344,25 +375,25 @@ def test_a_worker_that_dies_costs_only_its_point() -> None:
 
 
 def test_dask_local_cluster_gives_the_local_results(
-        swept: tuple[Path, str], tmp_path: Path) -> None:
+        swept: tuple[Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same rows as local processes; and the LocalCluster's workers left the
+    terminal's process group (Ctrl-C goes to the sweep, which stops them: CP-SAT in a
+    worker died of it, printing a C++ error)."""
+    groups: list[int] = []
+    connect = execute.Cluster.connect
+
+    def connected(cluster: execute.Cluster, say: Any) -> None:
+        connect(cluster, say)
+        groups.extend(cluster.client.run(os.getpgrp).values())
+
+    monkeypatch.setattr(execute.Cluster, "connect", connected)
     out = tmp_path / "out"
     flags = Flags(str(out), dask="local", workers="1", **SMALL_FLAGS)
     assert command.main(flags) == 0
     rows = read_rows(out)
     assert costs(rows) == costs(read_rows(swept[0]))
     assert all(r["status"] == "optimal" and not r["from_store"] for r in rows)
-
-
-def test_dask_local_workers_are_out_of_reach_of_ctrl_c() -> None:
-    """`--dask local`'s workers leave the terminal's process group (Ctrl-C goes to the
-    sweep, which stops them; CP-SAT in a worker died of it, printing a C++ error)."""
-    cluster = execute.Cluster("local", 1)
-    try:
-        cluster.connect(lambda text: None)
-        groups = cluster.client.run(os.getpgrp)
-    finally:
-        cluster.close()
-    assert len(groups) == 1 and os.getpgrp() not in groups.values()
+    assert len(groups) == 1 and os.getpgrp() not in groups
 
 
 @pytest.fixture
