@@ -16,6 +16,8 @@ from conftest import benchmark_module
 from typer.testing import CliRunner
 
 import synth.constraints.cpsat
+import synth.constraints.sample
+import synth.hwfile
 import synth.pipeline
 from synth import measure
 from synth.cli import app
@@ -209,6 +211,33 @@ def test_cost_fidelity_summary() -> None:
     assert set(problem.json()) >= {"spearman", "optimum_rank", "optimum_over_fastest"}
     assert set(fidelity.PROBLEMS) == {"matmul-512", "matmul-1024x512x2048", "softmax-2^20",
                                       "rownorm", "attention-256", "attention-1024", "fa6"}
+    assert problem.first_pass_spearman() is None  # no first timings given
+    timed = fidelity.Problem("p", {"N": 1}, tuple(
+        dataclasses.replace(p, first_pass_s=first)
+        for p, first in zip(points, (1.0, 2.0, 3.0, None), strict=True)), 0.0, 0.0)
+    assert timed.first_pass_spearman() == pytest.approx(1.0)
+    assert timed.spearman() == problem.spearman()
+
+
+def test_cost_fidelity_interleaved_rounds(tmp_path: Path) -> None:
+    """Two schedules of one workload, built, timed in one child over interleaved rounds:
+    a positive median each, in their order."""
+    from test_emit_c import assert_passes, emit_and_check
+
+    from synth.ir.materialize import materialize
+    from synth.lang import parse_workload
+    fidelity = benchmark_module("cost_fidelity")
+    workload = parse_workload("size N = 4096\nin x : f32[N]\nout y : f32[N]\n"
+                              "y[i] = x[i] * 2\n", "<test>", "w")
+    model = synth.pipeline.encode(workload, synth.hwfile.load_hardware("cpu"))
+    dirs = []
+    for seed in (0, 1):
+        env = synth.constraints.sample.random_schedule(model.constraints, seed)
+        assert env is not None
+        dirs.append(tmp_path / str(seed))
+        assert_passes(emit_and_check(materialize(model, env), workload, dirs[-1]))
+    medians = fidelity.interleaved(dirs, 3, True)
+    assert len(medians) == 2 and all(m > 0 for m in medians)
 
 
 def test_c_vs_numpy_ratios() -> None:
