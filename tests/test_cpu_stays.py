@@ -1,6 +1,6 @@
 """The cpu model where a tensor stays in a core's L2 and where an online step waits for
-its accumulators (issue 11, RESULTS.md "Packed panels that stay in the L2" and "Chains in
-the online step"):
+its accumulators (issue 11, RESULTS.md "Tensors that stay in a cache" and "Chains in the
+online step"):
 
 - a packed operand whose whole tensor takes at most half the L2 moves in once per
   distinct tile (`transfers.resident_moves`), not again at every step of a loop that

@@ -335,7 +335,7 @@ def step_chains(kt: KernelTerms, prices: Mapping[str, ex.Int]) -> list[ex.Int]:
     j with K transposed, PV along e), its accumulators a block of the step's rows times
     vectors along that dimension (up to 8 x 8, at most 24), each updated once per step of
     the reduced dimensions, `accumulate_latency` apart. With few accumulators (a block
-    of one row and one to four vectors) the updates wait for the latency, not for the
+    of rows times vectors of at most four) the updates wait for the latency, not for the
     FMA units, and the step's next statements (the maximum, the exponentials, the
     update of o) need the result: the next block's chain does not start under this
     one's, as it does between the register tiles of a GEMM (`cpu_compute.chain_cost`).
@@ -446,7 +446,7 @@ def stream_cost(kt: KernelTerms, workload: Workload, use: TensorUse, mem: Memory
     tensor takes at most half the cache (`transfers.stays`), its blocks stay
     there from one row block to the next and each moves in once. (Attention S=1024's
     V, 256 KiB, priced as refetched from the L3 for each of 256 row blocks: 7.9 ms of
-    an online kernel that ran in 2-3 ms: RESULTS.md, "Packed panels that stay in the L2".)"""
+    an online kernel that ran in 2-3 ms: RESULTS.md, "Tensors that stay in a cache".)"""
     from synth.constraints.transfers import stays
     if stays(workload, use, mem):
         return tensor_transfer_cost(kt, use, mem, len(kt.slots) - 1, itemsize, once=True)
