@@ -269,14 +269,13 @@ class Lowering:
         of its valid factor assignments with a column for every auxiliary term and
         condition over it alone (see `tables`). Call it after every constraint and the
         objective are lowered: the columns are the terms they created."""
-        memo: dict[int, tuple[object, frozenset[str]]] = {}
         for names in tables.dimension_variables(self.cset):
             inside = set(names)
             if inside <= self._exponents.keys():
                 continue  # its products are linear over exponents (`monomial`)
 
             def over_dimension(node: ex.Int | ex.Cond) -> bool:
-                found = ex.variable_set(node, memo)
+                found = ex.variable_set(node)
                 return bool(found) and found <= inside  # noqa: B023 (used at once)
 
             rows = tables.valid_rows(self.cset, names, [
@@ -419,7 +418,7 @@ def _solve(cset: ConstraintSet, time_limit_s: float, effort: Effort, cutoff: int
     with _without_cycle_collection(), _Workers(jobs) as workers:
         return solve_by_covers(cset, time_limit_s, "cpsat", lambda cover, limit, most: (
             _solve_cover(cover, limit, most, effort, solved)), cutoff, partitioned=True,
-            memo=solved.variables, elsewhere=workers.elsewhere(effort, solved), jobs=jobs)
+            elsewhere=workers.elsewhere(effort, solved), jobs=jobs)
 
 
 def _solve_cover(cover: ConstraintSet, time_limit_s: float, cutoff: int | None,

@@ -25,13 +25,10 @@ COVER = "fusion.cover"  # the group of the constraints that each statement runs 
 MAX_COVERS = 64
 
 
-def components(cset: ConstraintSet,
-               memo: dict[int, tuple[object, frozenset[str]]] | None = None
-               ) -> list[ConstraintSet]:
+def components(cset: ConstraintSet) -> list[ConstraintSet]:
     """Independent parts of `cset` whose optima add up to the optimum of the whole.
 
-    Definitions are inlined, so each part mentions decisions only. `memo` (of
-    `expr.variable_set`) may be shared by calls on sets with common terms."""
+    Definitions are inlined, so each part mentions decisions only."""
     cset = inline_definitions(cset)
     parent = {name: name for name in cset.decisions}
 
@@ -46,10 +43,8 @@ def components(cset: ConstraintSet,
         for other in roots[1:]:
             parent[other] = roots[0]
 
-    memo = {} if memo is None else memo
-
     def decisions_of(node: ex.Int | ex.Cond) -> frozenset[str]:
-        return ex.variable_set(node, memo)  # definitions are inlined: decisions only
+        return ex.variable_set(node)  # definitions are inlined: decisions only
 
     for constraint in cset.constraints:
         union(decisions_of(constraint.cond))
@@ -147,9 +142,9 @@ def inline_definitions(cset: ConstraintSet) -> ConstraintSet:
         terms[name] = ex.substitute(term, terms)  # type: ignore[assignment]
     memo: dict[int, tuple[object, ex.Int | ex.Cond]] = {}
     constraints = tuple(NamedConstraint(c.group, c.meaning,
-                                        ex.substitute(c.cond, terms, memo))  # type: ignore[arg-type]
+                                        ex.substitute(c.cond, terms, memo, keep=True))  # type: ignore[arg-type]
                         for c in cset.constraints)
-    objective = ex.substitute(cset.objective, terms, memo)
+    objective = ex.substitute(cset.objective, terms, memo, keep=True)
     return ConstraintSet(cset.decisions, {}, constraints, objective, groups=cset.groups)  # type: ignore[arg-type]
 
 
@@ -161,9 +156,6 @@ class PartCache:
 
     solved: dict[object, SolveResult] = dataclasses.field(default_factory=dict)
     above: dict[object, int] = dataclasses.field(default_factory=dict)
-    # `expr.variable_set` of the covers' terms, which share most of their subterms
-    variables: dict[int, tuple[object, frozenset[str]]] = dataclasses.field(
-        default_factory=dict)
     # `expr.bounds` of the covers' terms: their variables keep the problem's domains
     bounds: ex.BoundsMemo = dataclasses.field(default_factory=dict)
 
@@ -208,7 +200,7 @@ def solve_by_parts(cset: ConstraintSet, time_limit_s: float, solver: str,
     its share makes the whole INFEASIBLE (pruned, proven: not better)."""
     start = time.perf_counter()
     cache = PartCache() if cache is None else cache
-    parts = components(cset, cache.variables)
+    parts = components(cset)
     shapes = {id(part): cache.shape(part) for part in parts}
     keys = {id(part): shapes[id(part)].problem for part in parts}
     parts.sort(key=lambda p: (keys[id(p)] not in cache.solved, len(p.decisions)))
@@ -295,8 +287,8 @@ def fusion_covers(cset: ConstraintSet, deadline: Deadline | None = None
             continue
         constraints = tuple(c for c in constraints if c.cond != ex.TRUE)
         objective = ex.add(*(rewrite.term(t, chosen) for t in terms))
-        mentioned = {v for c in constraints for v in ex.variable_set(c.cond, rewrite.free)}
-        mentioned |= ex.variable_set(objective, rewrite.free)
+        mentioned = {v for c in constraints for v in ex.variable_set(c.cond)}
+        mentioned |= ex.variable_set(objective)
         decisions = {n: d for n, d in cset.decisions.items() if n in mentioned}
         decisions |= {n: (v,) for n, v in chosen.items()}
         covers.append(ConstraintSet(decisions, {}, constraints, objective,
@@ -313,21 +305,20 @@ class _FusionRewriter:
 
     def __init__(self, names: frozenset[str]) -> None:
         self.names = names
-        self.free: dict[int, tuple[object, frozenset[str]]] = {}  # expr.variable_set memo
         Key = tuple[int, tuple[tuple[str, int], ...]]  # node, values of its fusion decisions
         self._terms: dict[Key, ex.Int] = {}
         self._constraints: dict[Key, NamedConstraint] = {}
 
     def _key(self, node: ex.Int | ex.Cond, chosen: dict[str, int]
              ) -> tuple[int, tuple[tuple[str, int], ...]]:
-        mentioned = sorted(ex.variable_set(node, self.free) & self.names)
+        mentioned = sorted(ex.variable_set(node) & self.names)
         return id(node), tuple((n, chosen[n]) for n in mentioned)
 
     def term(self, term: ex.Int, chosen: dict[str, int]) -> ex.Int:
         key = self._key(term, chosen)
         if key not in self._terms:
             values = {n: ex.const(v) for n, v in key[1]}
-            self._terms[key] = ex.substitute(term, values, {}, self.free)  # type: ignore[assignment]
+            self._terms[key] = ex.substitute(term, values, keep=True)  # type: ignore[assignment]
         return self._terms[key]
 
     def constraint(self, constraint: NamedConstraint, chosen: dict[str, int]
@@ -335,7 +326,7 @@ class _FusionRewriter:
         key = self._key(constraint.cond, chosen)
         if key not in self._constraints:
             values = {n: ex.const(v) for n, v in key[1]}
-            cond = ex.substitute(constraint.cond, values, {}, self.free)
+            cond = ex.substitute(constraint.cond, values, keep=True)
             self._constraints[key] = dataclasses.replace(constraint, cond=cond)  # type: ignore[arg-type]
         return self._constraints[key]
 
@@ -372,7 +363,6 @@ def _exact_covers(cset: ConstraintSet, names: list[str], limit: int | None = Non
 def solve_by_covers(cset: ConstraintSet, time_limit_s: float, solver: str,
                     solve_fixed: Callable[[ConstraintSet, float, int | None], SolveResult],
                     cutoff: int | None = None, partitioned: bool = False,
-                    memo: dict[int, tuple[object, frozenset[str]]] | None = None,
                     elsewhere: partition.Elsewhere | None = None, jobs: int = 1
                     ) -> SolveResult:
     """Minimise `cset` once per fusion cover (`fusion_covers`) and keep the best: a case
@@ -394,8 +384,8 @@ def solve_by_covers(cset: ConstraintSet, time_limit_s: float, solver: str,
     names = [n for n in cset.decisions if is_fusion_decision(n)]
     if partitioned and names and len(_exact_covers(cset, names, MAX_COVERS, deadline)
                                      ) > MAX_COVERS:
-        found = partition.solve(cset, deadline, solver, solve_fixed, cutoff, memo,
-                                elsewhere, jobs)
+        found = partition.solve(cset, deadline, solver, solve_fixed, cutoff, elsewhere,
+                                jobs)
         if found is not None:
             if found.objective is not None:
                 progress.best(found.objective)

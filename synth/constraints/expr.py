@@ -20,11 +20,14 @@ from typing import Any, TypeVar
 _Node = TypeVar("_Node")
 
 
+_CACHED = ("_hash", "_vars")  # what a term computes once and keeps, not pickled
+
+
 def _hash_once(cls: type[_Node]) -> type[_Node]:
     """Make a frozen dataclass compute its hash once. Terms are deep trees used as dict
     keys (shared lowering, caches of parts across fusion covers), and the generated hash
     walks the whole tree on every lookup. The cached hash is not pickled: string hashes
-    differ between processes."""
+    differ between processes. (`variable_set` keeps its answer on the node the same way.)"""
     compute = cls.__hash__
 
     def __hash__(self: Any) -> int:
@@ -36,7 +39,7 @@ def _hash_once(cls: type[_Node]) -> type[_Node]:
             return value
 
     def __getstate__(self: Any) -> dict[str, object]:
-        return {k: v for k, v in self.__dict__.items() if k != "_hash"}
+        return {k: v for k, v in self.__dict__.items() if k not in _CACHED}
 
     cls.__hash__ = __hash__  # type: ignore[method-assign]
     cls.__getstate__ = __getstate__  # type: ignore[method-assign]
@@ -174,15 +177,15 @@ def add(*terms: Int | int) -> Int:
 
 
 def mul(*factors: Int | int) -> Int:
+    """The product, flat, with its constant factors multiplied into one, first."""
     flat: list[Int] = []
     coeff = 1
     for factor in map(as_int, factors):
-        if isinstance(factor, Const):
-            coeff *= factor.value
-        elif isinstance(factor, Prod):
-            flat.extend(factor.factors)
-        else:
-            flat.append(factor)
+        for inner in factor.factors if isinstance(factor, Prod) else (factor,):
+            if isinstance(inner, Const):
+                coeff *= inner.value
+            else:
+                flat.append(inner)
     if coeff == 0:
         return ZERO
     if coeff != 1:
@@ -270,6 +273,12 @@ def round_up_waste(num: Int, multiple: int) -> Int:
 
 
 def select(cond: Cond | bool, then: Int | int, other: Int | int) -> Int:
+    """`then` where `cond` holds, else `other`; a condition decided by its constants
+    (`fold`) picks its branch here."""
+    if not isinstance(cond, bool):
+        cond = fold(cond)
+        if cond in (TRUE, FALSE):
+            cond = cond == TRUE
     if isinstance(cond, bool):
         return as_int(then if cond else other)
     then, other = as_int(then), as_int(other)
@@ -353,71 +362,75 @@ def variables(node: Int | Cond) -> Iterator[str]:
         yield from variables(child)
 
 
-def variable_set(node: Int | Cond, memo: dict[int, tuple[object, frozenset[str]]]
-                 ) -> frozenset[str]:
-    """The names of the variables a term mentions. `memo` (keyed by node identity, kept
-    by the caller across calls) visits a subterm shared by many terms once: the terms of
-    one model share most of their subterms."""
-    seen = memo.get(id(node))
-    if seen is not None and seen[0] is node:
-        return seen[1]
-    found = (frozenset((node.name,)) if isinstance(node, Var)
-             else frozenset().union(*(variable_set(c, memo) for c in children(node))))
-    memo[id(node)] = (node, found)
-    return found
+def variable_set(node: Int | Cond) -> frozenset[str]:
+    """The names of the variables a term mentions, computed once per node and kept on it
+    (a term is immutable): the terms of one model share most of their subterms, and the
+    fusion covers, parts and lowerings ask again for the same ones."""
+    if isinstance(node, Var):
+        return frozenset((node.name,))
+    if isinstance(node, Const):
+        return _NONE
+    try:
+        return node._vars  # type: ignore[union-attr]
+    except AttributeError:
+        found = frozenset().union(*(variable_set(c) for c in children(node)))
+        object.__setattr__(node, "_vars", found)
+        return found
+
+
+_NONE: frozenset[str] = frozenset()
 
 
 def substitute(node: Int | Cond, terms: Mapping[str, Int],
                memo: dict[int, tuple[object, Int | Cond]] | None = None,
-               free: dict[int, tuple[object, frozenset[str]]] | None = None) -> Int | Cond:
-    """`node` with each variable named in `terms` replaced by its term. `memo` (keyed by
-    node identity) rewrites a subterm shared by many terms once; with `free` (a memo of
-    `variable_set`, kept across calls), subterms that mention none of `terms` are kept
-    as they are without a visit."""
+               keep: bool = False) -> Int | Cond:
+    """`node` with each variable named in `terms` replaced by its term, rebuilt by the
+    constructors above (which fold constants). `memo` (keyed by node identity) rewrites
+    a subterm shared by many terms once; with `keep`, subterms that mention none of
+    `terms` (`variable_set`) are kept as they are, without a visit."""
     if memo is None:
         memo = {}
     seen = memo.get(id(node))
     if seen is not None and seen[0] is node:
         return seen[1]
-    if free is not None and variable_set(node, free).isdisjoint(terms):
+    if keep and terms.keys().isdisjoint(variable_set(node)):
         return node
-    result = _substitute(node, terms, memo, free)
+    result = _substitute(node, terms, memo, keep)
     memo[id(node)] = (node, result)
     return result
 
 
 def _substitute(node: Int | Cond, terms: Mapping[str, Int],
-                memo: dict[int, tuple[object, Int | Cond]],
-                free: dict[int, tuple[object, frozenset[str]]] | None) -> Int | Cond:
+                memo: dict[int, tuple[object, Int | Cond]], keep: bool) -> Int | Cond:
     if isinstance(node, Var):
         return terms.get(node.name, node)
     if isinstance(node, Const):
         return node
     if isinstance(node, Sum):
-        return add(*(substitute(t, terms, memo, free) for t in node.terms))  # type: ignore[arg-type]
+        return add(*(substitute(t, terms, memo, keep) for t in node.terms))  # type: ignore[arg-type]
     if isinstance(node, Prod):
-        return mul(*(substitute(f, terms, memo, free) for f in node.factors))  # type: ignore[arg-type]
+        return mul(*(substitute(f, terms, memo, keep) for f in node.factors))  # type: ignore[arg-type]
     if isinstance(node, Max):
-        return maximum(*(substitute(a, terms, memo, free) for a in node.args))  # type: ignore[arg-type]
+        return maximum(*(substitute(a, terms, memo, keep) for a in node.args))  # type: ignore[arg-type]
     if isinstance(node, CeilDiv):
-        return ceil_div(substitute(node.num, terms, memo, free),  # type: ignore[arg-type]
-                        substitute(node.den, terms, memo, free))  # type: ignore[arg-type]
+        return ceil_div(substitute(node.num, terms, memo, keep),  # type: ignore[arg-type]
+                        substitute(node.den, terms, memo, keep))  # type: ignore[arg-type]
     if isinstance(node, ExactDiv):
-        return exact_div(substitute(node.num, terms, memo, free),  # type: ignore[arg-type]
-                         substitute(node.den, terms, memo, free))  # type: ignore[arg-type]
+        return exact_div(substitute(node.num, terms, memo, keep),  # type: ignore[arg-type]
+                         substitute(node.den, terms, memo, keep))  # type: ignore[arg-type]
     if isinstance(node, Mod):
-        return mod(substitute(node.num, terms, memo, free), node.den)  # type: ignore[arg-type]
+        return mod(substitute(node.num, terms, memo, keep), node.den)  # type: ignore[arg-type]
     if isinstance(node, Select):
-        cond = substitute(node.cond, terms, memo, free)
-        then = substitute(node.then, terms, memo, free)
-        other = substitute(node.other, terms, memo, free)
+        cond = substitute(node.cond, terms, memo, keep)
+        then = substitute(node.then, terms, memo, keep)
+        other = substitute(node.other, terms, memo, keep)
         if cond in (TRUE, FALSE):
             return then if cond == TRUE else other
         return select(cond, then, other)  # type: ignore[arg-type]
     if isinstance(node, Cmp):
-        return fold(Cmp(substitute(node.lhs, terms, memo, free), node.op,  # type: ignore[arg-type]
-                        substitute(node.rhs, terms, memo, free)))  # type: ignore[arg-type]
-    return fold(AnyOf(tuple(substitute(c, terms, memo, free) for c in node.conds)))  # type: ignore[misc]
+        return fold(Cmp(substitute(node.lhs, terms, memo, keep), node.op,  # type: ignore[arg-type]
+                        substitute(node.rhs, terms, memo, keep)))  # type: ignore[arg-type]
+    return fold(AnyOf(tuple(substitute(c, terms, memo, keep) for c in node.conds)))  # type: ignore[misc]
 
 
 TRUE = Cmp(ZERO, "==", ZERO)  # the canonical forms of a condition known to hold ...

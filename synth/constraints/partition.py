@@ -53,7 +53,6 @@ SolveFixed = Callable[[ConstraintSet, float, int | None], SolveResult]
 Submit = Callable[[ConstraintSet, float, int | None], "Future[SolveResult]"]
 # `SolveFixed` as far as it is cheap: its result, or None when it is not (it needs a worker)
 TryHere = Callable[[ConstraintSet, float, int | None], "SolveResult | None"]
-Memo = dict[int, tuple[object, frozenset[str]]]
 # Candidates with at least this many decisions are solved by worker processes (`--jobs`),
 # smaller ones where they are needed, unless they turn out hard there (`Elsewhere`): on
 # upmem's transformer block the candidates under 15 decisions take at most 0.11 s
@@ -89,14 +88,13 @@ class Split:
     names: tuple[str, ...]  # the fusion decisions
 
 
-def split(cset: ConstraintSet, memo: Memo | None = None) -> Split | None:
+def split(cset: ConstraintSet) -> Split | None:
     """`cset` split by candidate kernel, or None when it is not separable (a constraint
     or cost term that ties two kernels' factors or two fusion decisions together, such
     as a user constraint on a unit count)."""
     names = frozenset(n for n in cset.decisions if is_fusion_decision(n))
     if not names:
         return None
-    memo = {} if memo is None else memo
     flat = _inline(cset)
     terms = flat.objective.terms if isinstance(flat.objective, ex.Sum) else (flat.objective,)
     parent: dict[str, str] = {}
@@ -114,7 +112,7 @@ def split(cset: ConstraintSet, memo: Memo | None = None) -> Split | None:
     items: list[NamedConstraint | ex.Int] = [*flat.constraints, *terms]
     for item in items:
         node = item.cond if isinstance(item, NamedConstraint) else item
-        found = ex.variable_set(node, memo)
+        found = ex.variable_set(node)
         switches, rest = found & names, found - names
         if not rest:
             if isinstance(item, NamedConstraint):
@@ -175,8 +173,8 @@ def _switched_on(name: str, decisions: dict[str, tuple[int, ...]],
 
 
 def solve(cset: ConstraintSet, deadline: Deadline, solver: str, solve_fixed: SolveFixed,
-          cutoff: int | None = None, memo: Memo | None = None,
-          elsewhere: Elsewhere | None = None, jobs: int = 1) -> SolveResult | None:
+          cutoff: int | None = None, elsewhere: Elsewhere | None = None,
+          jobs: int = 1) -> SolveResult | None:
     """The optimum of `cset` by candidates and a set partition (see the module's
     docstring), or None when `cset` is not separable (the caller enumerates covers).
     Candidates are solved smallest first (singletons form a cover, so a schedule exists
@@ -184,7 +182,7 @@ def solve(cset: ConstraintSet, deadline: Deadline, solver: str, solve_fixed: Sol
     schedule. With `cutoff`, INFEASIBLE means proven: none costs at most that. With
     `elsewhere` (`solve_fixed` in other processes), up to `jobs` candidates are solved at
     once (`_Candidates`); the result is the same as without."""
-    parts = split(cset, memo)
+    parts = split(cset)
     if parts is None:
         return None
     stats: dict[str, int | float | str] = {"candidates": len(parts.owned)}
