@@ -184,6 +184,9 @@ class Compute:
     # instruction of fewer lanes than the dtype's `lanes` costs its cycles x
     # max(lanes used, these) / `lanes` (absent: the same cycles at every width)
     divider_lanes: Mapping[str, int] = field(default_factory=dict)
+    # dtype -> cycles per cross-lane shuffle of a fold (the pairwise folds of a vector's
+    # lanes, `fold_cost`), which one port executes (absent: a `mov`'s cycles)
+    shuffle_cycles: Mapping[str, float] = field(default_factory=dict)
 
     @property
     def cycle_ps(self) -> int:
@@ -203,6 +206,14 @@ class Compute:
                                      for op, n in ops.items())
         per_element = cycles / used
         return max(1, round(per_element * 1e12 / self.clock_hz))
+
+    def shuffle_ps(self, dtype: DType) -> int:
+        """Picoseconds for one cross-lane shuffle of a vector of `dtype` (`shuffle_cycles`;
+        absent: a `mov`)."""
+        cycles = self.shuffle_cycles.get(dtype.value)
+        if cycles is None:
+            return self.point_ps(Counter({"mov": 1}), dtype, 1)
+        return max(1, round(cycles * 1e12 / self.clock_hz))
 
 
 @dataclass(frozen=True)

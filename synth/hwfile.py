@@ -91,7 +91,7 @@ _LAUNCH_PER_UNIT_KEYS = ("level", "time")
 _TRANSFER_KEYS = ("min", "max", "multiple", "align")
 _COMPUTE_KEYS = ("clock", "cycles", "lanes", "intrinsic", "tile", "dst", "vector_tiles",
                  "accumulate_latency", "accumulate_window", "fused_multiply_add",
-                 "divider_lanes")
+                 "divider_lanes", "shuffle_cycles")
 _INTRINSIC_KEYS = ("shape", "cycles", "pack")
 _COMPUTE_REQUIRED = ("clock", "cycles")
 _DTYPES = tuple(d.value for d in DType)
@@ -296,6 +296,7 @@ def _override_keys(tree: Mapping[str, Any]) -> dict[str, list[tuple[str | int, .
             add(f"{table}.lanes.{dtype}", (table, "lanes", dtype))
             add(f"{table}.accumulate_latency.{dtype}", (table, "accumulate_latency", dtype))
             add(f"{table}.divider_lanes.{dtype}", (table, "divider_lanes", dtype))
+            add(f"{table}.shuffle_cycles.{dtype}", (table, "shuffle_cycles", dtype))
         for flag in ("vector_tiles", "fused_multiply_add", "accumulate_window"):
             add(f"{table}.{flag}", (table, flag))
     add("compute.dst.sync", ("compute", "dst", "sync"))  # tiles.SYNC_MODES
@@ -417,6 +418,8 @@ def _compute(value: object, where: _Where) -> Compute:
                                               where.at("accumulate_window"), 0),
                    divider_lanes=_divider_lanes(table.get("divider_lanes", {}),
                                                 where.at("divider_lanes")),
+                   shuffle_cycles=_latencies(table.get("shuffle_cycles", {}),
+                                             where.at("shuffle_cycles")),
                    intrinsics=_intrinsics(table.get("intrinsic", {}), where.at("intrinsic")),
                    tiling=parse_tiling(table, _DTYPES, where))
 

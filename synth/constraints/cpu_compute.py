@@ -20,7 +20,7 @@ from synth.constraints.cost import (
     transfer_cost,
     transfer_count,
 )
-from synth.workload import Num, Statement, Workload
+from synth.workload import Num, ReduceOp, Statement, Workload
 
 
 def vector_compute_cost(kt: KernelTerms, workload: Workload) -> ex.Int:
@@ -71,19 +71,27 @@ def fold_cost(kt: KernelTerms, stmt: Statement, vector: str, lanes: int) -> ex.I
     the registers, per element of it, its vector accumulators (one per vector of the
     tile along the vector dimension) combine into one, whose lanes then fold pairwise
     (`vsum_f32` and its kin in synth_vec.h: halves, then quarters, ...), log2(lanes)
-    steps of a shuffle (a `mov`) and the operation each; the result joins the target
-    with one more operation. (The lanes folded one after another in lane order cost a
-    chain of `lanes` operations and ran 1.8x this term's old price of that chain:
-    RESULTS.md, "Folds, packed panels".)"""
+    steps of a cross-lane shuffle (`compute.shuffle_cycles`: one port runs them, so one
+    a cycle where a `mov` issues two) and the operation each; the result joins the
+    target with one more operation. (The lanes folded one after another in lane order
+    cost a chain of `lanes` operations and ran 1.8x this term's old price of that chain:
+    RESULTS.md, "Folds, packed panels". A fold of 1, 2 or 4 vectors after each tile of
+    exps added 6.5, 6.9 and 8.1 cycles, priced 4.8, 5.4 and 6.5 with the shuffle at a
+    `mov`'s 0.5, 6.8, 7.4 and 8.5 at 1: RESULTS.md, "Cost fidelity round 4".) A max or
+    min folds its lanes with the ISA's one instruction (`_mm512_reduce_max_ps`: vmaxps,
+    priced as an add), not with `vmax_f32`'s compare and select (`max`'s 1.5 cycles): a
+    vhmax_f32 ran 5.2 cycles, a vsum_f32 4.7."""
     innermost = len(kt.slots) - 1
     use = kt.kernel.use(stmt.target)
     elements = ex.mul(transfer_count(kt, use, innermost),
                       *(kt.tile(d, innermost) for d in use.indices))
     op = roofline.point_ps(dataclasses.replace(stmt, expr=Num(0)), kt.hw.compute, 1)
-    shuffle = kt.hw.compute.point_ps(Counter({"mov": 1}), stmt.dtype, 1)
+    shuffle = kt.hw.compute.shuffle_ps(stmt.dtype)
+    lane_op = (kt.hw.compute.point_ps(Counter({"add": 1}), stmt.dtype, 1)
+               if stmt.op in (ReduceOp.MAX, ReduceOp.MIN) else op)
     steps = max(lanes - 1, 0).bit_length()  # ceil(log2(lanes))
     vectors = ex.ceil_div(kt.tile(vector, innermost), lanes)  # exact where it is vectorised
-    return ex.add(ex.mul(steps * (op + shuffle), elements), ex.mul(op, elements, vectors))
+    return ex.add(ex.mul(steps * (lane_op + shuffle), elements), ex.mul(op, elements, vectors))
 
 
 def chain_cost(kt: KernelTerms, stmt: Statement, vector: str | None, lanes: int) -> ex.Int:
