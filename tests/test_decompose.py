@@ -78,11 +78,32 @@ def test_a_part_gets_what_the_cutoff_leaves_after_the_others_lower_bounds() -> N
 
     result = decompose.solve_by_parts(two, 5.0, "cpsat", solve_part, cache, cutoff=100)
     assert result.objective == 12
-    # the first part solved knows nothing of the other (lower bound 0): all 100 is its
-    # share; the second gets what the first left (x costs 7 at best, y 5)
-    second = min(seen, key=lambda n: seen[n] or 0)
-    first_optimum = 7 if second == "y" else 5
-    assert sorted(seen.values()) == [100 - first_optimum, 100]
+    # the first part solved gets what the other's floor leaves (its objective over its
+    # domain: x costs 7 at least, y 5); the second what the first's optimum left (the
+    # same here: neither has a constraint)
+    assert seen == {"x": 100 - 5, "y": 100 - 7}
+
+
+def test_a_part_whose_floor_is_past_its_cutoff_is_not_solved() -> None:
+    """`decompose.floor` bounds a part's objective from its domains alone: never above
+    the optimum, and a part it puts past the cutoff is pruned without a solve."""
+    cset = build(FA6).model.constraints
+    cover = decompose.fusion_covers(cset)[0]
+    calls: list[int | None] = []
+
+    def solve_part(part: ConstraintSet, limit: float, cutoff: int | None) -> SolveResult:
+        calls.append(cutoff)
+        return cpsat._solve_part(part, limit, cpsat.Effort(), cutoff)
+
+    parts = decompose.components(cover)
+    for part in parts:
+        best = cpsat._solve_part(part, 60.0, cpsat.Effort())
+        assert best.objective is not None and 0 <= decompose.floor(part) <= best.objective
+    low = decompose.floor(cover)
+    assert low == sum(decompose.floor(part) for part in parts) > 0
+    pruned = decompose.solve_by_parts(cover, 5.0, "cpsat", solve_part, decompose.PartCache(),
+                                      cutoff=low - 1)
+    assert pruned.status is Status.INFEASIBLE and calls == []
 
 
 def test_cpsat_cutoff_on_a_whole_problem() -> None:
