@@ -85,7 +85,7 @@ def test_a_part_gets_what_the_cutoff_leaves_after_the_others_lower_bounds() -> N
 
 
 def test_a_part_whose_floor_is_past_its_cutoff_is_not_solved() -> None:
-    """`decompose.floor` bounds a part's objective from its domains alone: never above
+    """`ConstraintSet.floor` bounds a part's objective from its domains alone: never above
     the optimum, and a part it puts past the cutoff is pruned without a solve."""
     cset = build(FA6).model.constraints
     cover = decompose.fusion_covers(cset)[0]
@@ -98,9 +98,9 @@ def test_a_part_whose_floor_is_past_its_cutoff_is_not_solved() -> None:
     parts = decompose.components(cover)
     for part in parts:
         best = cpsat._solve_part(part, 60.0, cpsat.Effort())
-        assert best.objective is not None and 0 <= decompose.floor(part) <= best.objective
-    low = decompose.floor(cover)
-    assert low == sum(decompose.floor(part) for part in parts) > 0
+        assert best.objective is not None and 0 <= part.floor() <= best.objective
+    low = cover.floor()
+    assert low == sum(part.floor() for part in parts) > 0
     pruned = decompose.solve_by_parts(cover, 5.0, "cpsat", solve_part, decompose.PartCache(),
                                       cutoff=low - 1)
     assert pruned.status is Status.INFEASIBLE and calls == []

@@ -164,7 +164,7 @@ class PartCache:
     # the decisions of parts a solver's cheap first attempt did not settle: the same
     # part again (another cover, another cutoff) skips it (`cpsat._solve_part`)
     hard: set[frozenset[str]] = dataclasses.field(default_factory=set)
-    # `floor` of the parts not solved yet, by key
+    # `ConstraintSet.floor` of the parts not solved yet, by key
     floors: dict[object, int] = dataclasses.field(default_factory=dict)
 
     def shape(self, part: ConstraintSet) -> Shape:
@@ -175,32 +175,23 @@ class PartCache:
 
     def least(self, key: object, part: ConstraintSet) -> int | None:
         """A lower bound of the optimum of `part`, whose key is `key` (None: the part is
-        infeasible): its bound once solved, else the most of what a cutoff showed and its
-        objective's least value over its decisions' domains (`floor`)."""
+        infeasible): its bound once solved, else the most of what a cutoff showed and
+        `ConstraintSet.floor`. The floor tightens the cutoffs of the other parts of a
+        cover and skips a part that cannot meet its own (CP-SAT's deterministic time:
+        mha/cpu 2.2 -> 0.6 s, mha/upmem 3.0 -> 2.3, swiglu/aie 14.9 -> 16.1; as the
+        order of the covers or a filter of them it cost more than it saved)."""
         if key in self.solved:
             result = self.solved[key]
             if result.status is Status.INFEASIBLE:
                 return None
             return result.bound if result.bound is not None else 0
         if key not in self.floors:
-            self.floors[key] = floor(part, self.bounds)
+            self.floors[key] = part.floor(self.bounds)
         return max(self.floors[key], self.above[key] + 1 if key in self.above else 0)
 
     def exceeds(self, key: object, value: int) -> None:
         """Record that the optimum of part `key` is more than `value`."""
         self.above[key] = max(value, self.above.get(key, value))
-
-
-def floor(cset: ConstraintSet, memo: ex.BoundsMemo | None = None) -> int:
-    """A lower bound of `cset`'s objective (definitions inlined), from its decisions'
-    domains alone (`expr.bounds`, no constraint): it takes a millisecond and is within a
-    few times the optimum. In `PartCache.least` it tightens the cutoffs of the other
-    parts of a cover (mha/cpu: CP-SAT's deterministic time 2.2 -> 0.6 s, mha/upmem 3.0 ->
-    2.3; swiglu/aie 14.9 -> 16.1) and skips a part that cannot meet its cutoff. As the
-    order of the covers or a filter of them it cost more than it saved (layernorm/upmem,
-    swiglu). `memo` as in `expr.bounds` (kept for terms over the same domains)."""
-    domains = {name: (min(values), max(values)) for name, values in cset.decisions.items()}
-    return max(0, ex.bounds(cset.objective, domains, cset.groups, memo)[0])
 
 
 def solve_by_parts(cset: ConstraintSet, time_limit_s: float, solver: str,

@@ -410,13 +410,6 @@ def _dominating(name: str, covered: dict[str, frozenset[int]],
     return best.get(full)
 
 
-def _least(cset: ConstraintSet) -> int:
-    """A lower bound of an unsolved candidate's cost: interval arithmetic over its
-    decisions' domains (costs are never negative)."""
-    domains = {n: (values[0], values[-1]) for n, values in cset.decisions.items()}
-    return max(0, ex.bounds(cset.objective, domains, cset.groups)[0])
-
-
 def _all_proven(results: dict[str, SolveResult]) -> bool:
     return all(r.status in (Status.OPTIMAL, Status.INFEASIBLE) for r in results.values())
 
@@ -424,7 +417,8 @@ def _all_proven(results: dict[str, SolveResult]) -> bool:
 def _choose(parts: Split, results: dict[str, SolveResult], upper: bool, limit_s: float,
             solve_fixed: SolveFixed) -> SolveResult:
     """The set partition: each candidate at its best schedule's cost (`upper`, those
-    without one left out) or at its proven lower bound (candidates not solved: 0)."""
+    without one left out) or at its proven lower bound (candidates not solved: their
+    `ConstraintSet.floor`)."""
     weights: list[ex.Int] = []
     excluded: list[NamedConstraint] = []
     for name in parts.names:
@@ -434,8 +428,8 @@ def _choose(parts: Split, results: dict[str, SolveResult], upper: bool, limit_s:
         elif upper:
             value = result.objective if result is not None and result.env is not None else None
         else:
-            value = max(0, result.bound or 0) if result is not None else _least(
-                parts.owned[name])
+            value = max(0, result.bound or 0) if result is not None else (
+                parts.owned[name].floor())
         if value is None:
             excluded.append(NamedConstraint("fusion.candidate", f"{name}: no schedule",
                                             ex.Cmp(ex.Var(name), "==", ex.ZERO)))

@@ -253,6 +253,14 @@ class ConstraintSet:
     def violated(self, env: Mapping[str, int]) -> list[NamedConstraint]:
         return [c for c in self.constraints if not _holds(c.cond, env)]
 
+    def floor(self, memo: ex.BoundsMemo | None = None) -> int:
+        """A lower bound of the objective (definitions inlined), from the decisions'
+        domains alone (`expr.bounds`, no constraint; costs are never negative): it takes
+        a millisecond and is within a few times the optimum. `memo` as in `expr.bounds`
+        (kept for terms over the same domains)."""
+        domains = {name: (values[0], values[-1]) for name, values in self.decisions.items()}
+        return max(0, ex.bounds(self.objective, domains, self.groups, memo)[0])
+
 
 def _holds(cond: ex.Cond, env: Mapping[str, int]) -> bool:
     """A condition that divides by zero (a tile larger than its extent makes a factor
