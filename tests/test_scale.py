@@ -90,6 +90,21 @@ def test_transformer_uses_the_partition_and_proves_its_optimum() -> None:
     assert result.stats["candidates"] == result.stats["candidates_solved"] == len(names)
 
 
+def chain_problem(statements: int) -> tuple[ConstraintSet, partition.SolveFixed]:
+    """An element-wise chain on two cores, and a `solve_fixed` for `partition.solve`
+    (`cpsat._solve_cover`, in this process)."""
+    workload = parse_workload(scale.chain(statements, 4096), "chain.syn", "chain")
+    hw = pipeline.hardware(pipeline.Request("va", "cpu", hw_overrides=TWO_CORES))
+    cset = pipeline.encode(workload, hw).constraints
+    cache = decompose.PartCache()
+
+    def solve_fixed(cover: ConstraintSet, limit: float, most: int | None) -> SolveResult:
+        return decompose.solve_by_parts(cover, limit, "cpsat", lambda part, left, share: (
+            cpsat._solve_part(part, left, cpsat.Effort(), share, cache.bounds)), cache, most)
+
+    return cset, solve_fixed
+
+
 @pytest.mark.parametrize("hw", ["cpu", "upmem"])
 def test_candidates_in_worker_processes_give_the_same_schedule(
         hw: str, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -127,14 +142,7 @@ def test_a_small_candidate_that_is_not_cheap_goes_to_a_worker() -> None:
     """Candidates under `WORKER_DECISIONS` are tried here first; those `try_here` gives up
     on (aie's GEMMs at full size: 14 decisions, seconds each) start in a worker, and the
     answer is the one without workers."""
-    workload = parse_workload(scale.chain(6, 4096), "chain.syn", "chain")
-    hw = pipeline.hardware(pipeline.Request("va", "cpu", hw_overrides=TWO_CORES))
-    cset = pipeline.encode(workload, hw).constraints
-    cache = decompose.PartCache()
-
-    def solve_fixed(cover: ConstraintSet, limit: float, most: int | None) -> SolveResult:
-        return decompose.solve_by_parts(cover, limit, "cpsat", lambda part, left, share: (
-            cpsat._solve_part(part, left, cpsat.Effort(), share, cache.bounds)), cache, most)
+    cset, solve_fixed = chain_problem(6)
 
     tried, started = [], []
 
@@ -180,14 +188,7 @@ def test_a_candidate_whose_worker_died_is_solved_here(
     its candidate, and every one submitted after, is solved in the calling process,
     and the answer is the one without workers."""
     monkeypatch.setattr(partition, "WORKER_DECISIONS", 0)  # every candidate may go
-    workload = parse_workload(scale.chain(6, 4096), "chain.syn", "chain")
-    hw = pipeline.hardware(pipeline.Request("va", "cpu", hw_overrides=TWO_CORES))
-    cset = pipeline.encode(workload, hw).constraints
-    cache = decompose.PartCache()
-
-    def solve_fixed(cover: ConstraintSet, limit: float, most: int | None) -> SolveResult:
-        return decompose.solve_by_parts(cover, limit, "cpsat", lambda part, left, share: (
-            cpsat._solve_part(part, left, cpsat.Effort(), share, cache.bounds)), cache, most)
+    cset, solve_fixed = chain_problem(6)
 
     submitted = []
 
@@ -230,14 +231,7 @@ def test_candidates_stop_at_the_deadline_with_a_gap() -> None:
     """A deadline already past: one candidate is solved (a schedule needs some), the
     others keep their static lower bounds, and the answer is FEASIBLE or TIMEOUT,
     never a claim of optimality."""
-    workload = parse_workload(scale.chain(12, 4096), "chain.syn", "chain")
-    hw = pipeline.hardware(pipeline.Request("va", "cpu", hw_overrides=TWO_CORES))
-    cset = pipeline.encode(workload, hw).constraints
-    cache = decompose.PartCache()
-
-    def solve_fixed(cover, limit, most):  # type: ignore[no-untyped-def]
-        return decompose.solve_by_parts(cover, limit, "cpsat", lambda part, left, share: (
-            cpsat._solve_part(part, left, cpsat.Effort(), share, cache.bounds)), cache, most)
+    cset, solve_fixed = chain_problem(12)
 
     result = partition.solve(cset, Deadline(0.0), "cpsat", solve_fixed)
     assert result is not None
