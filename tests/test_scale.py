@@ -105,7 +105,7 @@ def chain_problem(statements: int) -> tuple[ConstraintSet, partition.SolveFixed]
     return cset, solve_fixed
 
 
-@pytest.mark.parametrize("hw", ["cpu", "upmem"])
+@pytest.mark.parametrize("hw", ["cpu", "upmem", "aie"])
 def test_candidates_in_worker_processes_give_the_same_schedule(
         hw: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """`--jobs 3`: the candidates solved side by side by three worker processes get the same
