@@ -559,7 +559,8 @@ def _product_bounds(term: Prod, domains: Mapping[str, tuple[int, int]],
                                      (None,) * len(group.factors), strict=True):
                 if factor in present:
                     continue
-                fhi = bounds(factor, domains)[1]
+                fhi = (domains[factor.name][1] if isinstance(factor, Var)
+                       else bounds(factor, domains)[1])
                 if level is None:
                     missing *= fhi
                 else:
@@ -586,12 +587,13 @@ def _complement(factor: Int, groups: Mapping[Int, Group]
     if not isinstance(factor, ExactDiv):
         return None
     den = factor.den.factors if isinstance(factor.den, Prod) else (factor.den,)
-    owners = {groups[f].name: groups[f] for f in den if f in groups}
-    if len(owners) != 1 or any(f not in groups for f in den):
+    group = groups.get(den[0])
+    if group is None or factor.num != group.ext:
         return None
-    group = next(iter(owners.values()))
-    if factor.num != group.ext:
-        return None
+    for other in den[1:]:  # every factor of the one dimension
+        found = groups.get(other)
+        if found is None or found.name != group.name:
+            return None
     return group, [f for f in group.factors if f not in den]
 
 
