@@ -166,6 +166,45 @@ def test_a_small_candidate_that_is_not_cheap_goes_to_a_worker() -> None:
         alone.status, alone.objective, alone.env)
 
 
+def test_a_worker_that_would_idle_starts_a_waiting_candidate_early(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """With a worker free and no candidate ready, one waiting for others (a candidate of a
+    strict subset of its statements still running) starts early, with the cutoff known so
+    far; only an INFEASIBLE answer is kept, so the answer is the one without workers.
+    Workers here finish one solve at a time, oldest first."""
+    monkeypatch.setattr(partition, "WORKER_DECISIONS", 0)  # every candidate goes
+    cset, solve_fixed = chain_problem(6)
+    alone = partition.solve(cset, Deadline(3600.0), "cpsat", solve_fixed)
+    pending: list[tuple[Future[SolveResult], ConstraintSet, int | None]] = []
+    early = []
+
+    def statements(cover: ConstraintSet) -> frozenset[str]:
+        kernels = {name.split(".")[1] for name in cover.decisions}  # e.g. Q.t2_t3.i
+        return frozenset(s for kernel in kernels for s in kernel.split("_"))
+
+    def start(cover: ConstraintSet, limit: float, most: int | None) -> Future[SolveResult]:
+        if any(statements(other) < statements(cover) for _, other, _ in pending):
+            early.append(cover)
+        future: Future[SolveResult] = Future()
+        pending.append((future, cover, most))
+        return future
+
+    def finish_oldest(futures: object, return_when: object = None) -> None:
+        future, cover, most = pending.pop(0)
+        future.set_result(solve_fixed(cover, 3600.0, most))
+
+    monkeypatch.setattr(partition, "wait", finish_oldest)
+    side_by_side = partition.solve(cset, Deadline(3600.0), "cpsat", solve_fixed,
+                                   elsewhere=partition.Elsewhere(start, solve_fixed), jobs=2)
+    assert early  # some candidate ran before the ones it waits for were done
+    assert alone is not None and side_by_side is not None
+    assert alone.status is Status.OPTIMAL
+    assert (side_by_side.status, side_by_side.objective, side_by_side.env) == (
+        alone.status, alone.objective, alone.env)
+    for key in ("candidates_solved", "candidates_dominated", "cover_kernels"):
+        assert side_by_side.stats[key] == alone.stats[key]
+
+
 def test_try_here_gives_up_on_a_part_the_first_attempt_does_not_settle(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """`cpsat._try_here` is `_solve_cover` when the cheap first attempt settles every part,

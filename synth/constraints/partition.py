@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from concurrent.futures.process import BrokenProcessPool
 from typing import TYPE_CHECKING
@@ -273,9 +273,10 @@ class _Candidates:
         small ones meanwhile, and the base (`Split.base`: its result does not depend on
         when it is solved) the first time it would otherwise wait. Each candidate starts
         once every candidate that runs a strict subset of its statements has its result,
-        in `order`; a large one waits for a free worker. A candidate whose worker failed
-        (the process died) is solved here. The base's result; no candidate starts after
-        it is found to have no schedule."""
+        in `order`; a large one waits for a free worker. A worker that would idle starts
+        a waiting candidate early (`_early`). A candidate whose worker failed (the process
+        died) is solved here. The base's result; no candidate starts after it is found to
+        have no schedule."""
         waiting = list(self.order)
         below = {name: {other for other in self.parts.names
                         if self.covered[other] < self.covered[name]} for name in waiting}
@@ -293,6 +294,12 @@ class _Candidates:
             for name, cutoff in names:
                 self.record(name, cutoff, self.shapes[name].own(solved[done]))
 
+        early: dict[str, tuple[Future[SolveResult], int]] = {}  # name -> (its solve, cutoff)
+
+        def busy() -> list[Future[SolveResult]]:
+            return [future for future, _ in running.values()] + [
+                future for future, _ in early.values() if not future.done()]
+
         base: SolveResult | None = None
         while waiting or running:
             for done in [key for key, (future, _) in running.items() if future.done()]:
@@ -300,18 +307,27 @@ class _Candidates:
             if self.out_of_time() or (base is not None and base.env is None):
                 waiting.clear()
             ready = next((n for n in waiting if not below[n] - self.results.keys()
-                          and (len(running) < jobs or not self.large(n))), None)
+                          and (n not in early or early[n][0].done())
+                          and (len(busy()) < jobs or not self.large(n))), None)
             if ready is None:  # each candidate left needs one still running, or a worker
-                if running and base is None:
+                ahead = self._early(waiting, early) if len(busy()) < jobs else None
+                if ahead is not None:
+                    loose = self.cutoff(ahead)
+                    assert loose is not None
+                    early[ahead] = (self._start(elsewhere.start, solve_fixed, ahead, loose),
+                                    loose)
+                elif busy() and base is None:
                     base = solve_fixed(self.parts.base, max(0.01, self.deadline.left()), None)
-                elif running:
-                    wait([future for future, _ in running.values()],
-                         return_when=FIRST_COMPLETED)
+                elif busy():
+                    wait(busy(), return_when=FIRST_COMPLETED)
                 continue
             waiting.remove(ready)
             cutoff = self.cutoff(ready)
             key = (self.shapes[ready].problem, cutoff)
-            if key in solved:
+            refuted = _refuted(early.pop(ready)[0]) if ready in early else None
+            if refuted is not None:  # no schedule under a looser cutoff: none under this
+                self.record(ready, cutoff, refuted)
+            elif key in solved:
                 self.record(ready, cutoff, self.shapes[ready].own(solved[key]))
             elif key in running:  # the same problem is being solved: wait for it
                 running[key][1].append((ready, cutoff))
@@ -327,6 +343,17 @@ class _Candidates:
         if base is None:
             base = solve_fixed(self.parts.base, max(0.01, self.deadline.left()), None)
         return base
+
+    def _early(self, waiting: list[str], early: Collection[str]) -> str | None:
+        """A candidate to start before the candidates that run a strict subset of its
+        statements are all done, with the cutoff the results so far give (None: none can
+        be covered yet). That cutoff is at least the one it will have, so an INFEASIBLE
+        answer holds then too and is kept (any other is dropped, and the candidate solved
+        again when it is ready): the schedule is the one without workers. In a transformer
+        block the last refutations wait for one another (upmem: hn_gt_up, then
+        r2_hn_gt_up, 5.6 s) while a worker idles."""
+        return next((name for name in waiting if name not in early
+                     and self.cutoff(name) is not None), None)
 
     def large(self, name: str) -> bool:
         return len(self.parts.owned[name].decisions) >= WORKER_DECISIONS
@@ -355,6 +382,16 @@ class _Candidates:
 
     def time_left(self) -> float:
         return max(0.01, self.deadline.left() - self.reserve)
+
+
+def _refuted(future: Future[SolveResult]) -> SolveResult | None:
+    """The INFEASIBLE answer of a finished early solve (None: any other, or its worker
+    died)."""
+    try:
+        result = future.result()
+    except BrokenProcessPool:
+        return None
+    return result if result.status is Status.INFEASIBLE else None
 
 
 def _order(parts: Split, covered: dict[str, frozenset[int]]) -> list[str]:
