@@ -22,7 +22,7 @@ import pytest
 from synth.constraints import cpsat
 from synth.constraints import expr as ex
 from synth.constraints.cost import Model
-from synth.constraints.result import SolveResult
+from synth.constraints.result import SolveResult, Status
 from synth.constraints.sample import random_schedule
 from synth.constraints.space import ConstraintSet
 from synth.constraints.user import user_constraints
@@ -109,6 +109,17 @@ def solve(cset: ConstraintSet, work_s: float = WORK_S, cutoff: int | None = None
           ) -> SolveResult:
     """CP-SAT on `cset` within `work_s` deterministic seconds per call."""
     return cpsat.solve(cset, WALL_S, cutoff=cutoff, work_limit_s=work_s)
+
+
+def solved_on_cpu(text: str, hw_set: tuple[str, ...] = (), fixes: tuple[str, ...] = ()
+                  ) -> tuple[Model, dict[str, int]]:
+    """Workload `text` encoded for the `cpu` model (with `--hw-set` and `--fix` values)
+    and solved to optimality: the model and the optimum's values."""
+    model = encode(parse_workload(text, "<test>", "w"), load_hardware("cpu", hw_set),
+                   fixes=fixes)
+    result = solve(model.constraints)
+    assert result.status is Status.OPTIMAL and result.env is not None, result.status
+    return model, dict(result.env)
 
 
 @functools.cache

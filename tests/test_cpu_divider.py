@@ -15,13 +15,11 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
-from conftest import solve
+from conftest import solved_on_cpu
 
-from synth.constraints.cost import Model, evaluate_cost
-from synth.constraints.result import Status
+from synth.constraints.cost import evaluate_cost
 from synth.errors import InputError
 from synth.hwfile import load_hardware
-from synth.lang import parse_workload
 from synth.pipeline import encode
 from synth.workload import DType
 
@@ -45,14 +43,6 @@ out C : f32[M, N]
 C[m, n] += A[m, k] * B[k, n]
 """
 
-
-def solved(text: str, hw_set: tuple[str, ...], fixes: tuple[str, ...]
-           ) -> tuple[Model, dict[str, int]]:
-    model = encode(parse_workload(text, "<test>", "w"), load_hardware("cpu", hw_set),
-                   fixes=fixes)
-    result = solve(model.constraints)
-    assert result.status is Status.OPTIMAL and result.env is not None, result.status
-    return model, dict(result.env)
 
 
 def test_scalar_divisions_cost_a_quarter_of_a_vector_one() -> None:
@@ -78,7 +68,7 @@ def test_a_row_statistic_recomputed_per_column_tile_is_cheaper_scalar() -> None:
     than on one as wide as the vector."""
     lanes = load_hardware("cpu").compute.lanes["f32"]
     fixes = ("fuse.r_y=1", f"V.r_y.d={lanes}", "V.r_y.s=1", "P=1")
-    model, env = solved(ROW_NORM, (), fixes)
+    model, env = solved_on_cpu(ROW_NORM, (), fixes)
     wide = encode(model.workload, load_hardware("cpu", (f"compute.divider_lanes.f32={lanes}",)))
     assert evaluate_cost(model, env)["compute"] < evaluate_cost(wide, env)["compute"]
 
@@ -96,7 +86,7 @@ def test_a_long_chain_per_tile_is_not_exposed_in_full() -> None:
     hw = load_hardware("cpu").compute
     lanes = hw.lanes["f32"]
     fixes = ("V.C.m=1", f"V.C.n={lanes}", "V.C.k=1", "Q.C.k=256", "P=1")
-    model, env = solved(MATMUL, (), fixes)
+    model, env = solved_on_cpu(MATMUL, (), fixes)
     fmas = 64 * 64 * 256 // lanes
     full = fmas * round(4 * 1e12 / hw.clock_hz)
     assert full / 2 < evaluate_cost(model, env)["compute"] < full

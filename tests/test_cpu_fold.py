@@ -16,13 +16,11 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
-from conftest import solve
+from conftest import solved_on_cpu
 
-from synth.constraints.cost import Model, evaluate_cost
-from synth.constraints.result import Status
+from synth.constraints.cost import evaluate_cost
 from synth.errors import InputError
 from synth.hwfile import load_hardware
-from synth.lang import parse_workload
 from synth.pipeline import encode
 from synth.workload import DType
 
@@ -40,14 +38,6 @@ out m : f32[]
 m[] max= x[i]
 """
 
-
-def solved(text: str, hw_set: tuple[str, ...], fixes: tuple[str, ...]
-           ) -> tuple[Model, dict[str, int]]:
-    model = encode(parse_workload(text, "<test>", "w"), load_hardware("cpu", hw_set),
-                   fixes=fixes)
-    result = solve(model.constraints)
-    assert result.status is Status.OPTIMAL and result.env is not None, result.status
-    return model, dict(result.env)
 
 
 def per_tile(kernel: str, lanes: int) -> tuple[str, ...]:
@@ -74,7 +64,7 @@ def test_folding_at_every_tile_prices_the_shuffles_at_a_cycle() -> None:
     with the shuffles at a `mov`'s price, by 4 shuffles (log2 16 lanes) x the difference
     per fold at AVX-512's 16 lanes."""
     lanes = load_hardware("cpu").compute.lanes["f32"]
-    model, env = solved(SUM, (), per_tile("s", lanes))
+    model, env = solved_on_cpu(SUM, (), per_tile("s", lanes))
     mov = "compute.shuffle_cycles.f32=" + str(load_hardware("cpu").compute.cycles["f32"]["mov"])
     cheap = encode(model.workload, load_hardware("cpu", (mov,)))
     dearer, before = evaluate_cost(model, env)["compute"], evaluate_cost(cheap, env)["compute"]
@@ -83,7 +73,7 @@ def test_folding_at_every_tile_prices_the_shuffles_at_a_cycle() -> None:
     steps = (lanes - 1).bit_length()
     gap = steps * (compute.shuffle_ps(DType.F32) - cheap.hw.compute.shuffle_ps(DType.F32))
     assert dearer - before == pytest.approx(gap * 16384 // lanes, rel=0.05)
-    _, env_once = solved(SUM, (), once("s", lanes))
+    _, env_once = solved_on_cpu(SUM, (), once("s", lanes))
     assert evaluate_cost(model, env_once)["compute"] < dearer
 
 
@@ -92,8 +82,8 @@ def test_a_max_folds_its_lanes_at_an_instructions_price() -> None:
     instruction per step, less than at `max`'s compare-and-select price."""
     compute = load_hardware("cpu").compute
     lanes = compute.lanes["f32"]
-    model, env = solved(MAX, (), per_tile("m", lanes))
-    _, env_once = solved(MAX, (), once("m", lanes))
+    model, env = solved_on_cpu(MAX, (), per_tile("m", lanes))
+    _, env_once = solved_on_cpu(MAX, (), once("m", lanes))
     folds = 16384 // lanes - 1
     extra = (evaluate_cost(model, env)["compute"]
              - evaluate_cost(model, env_once)["compute"]) / folds

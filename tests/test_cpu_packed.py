@@ -8,14 +8,12 @@ only, deterministic limits."""
 
 from __future__ import annotations
 
-from conftest import solve
+from conftest import solved_on_cpu
 
 from synth.constraints import cost
 from synth.constraints import expr as ex
-from synth.constraints.result import Status
 from synth.constraints.transfers import packed_moves
 from synth.hwfile import load_hardware
-from synth.lang import parse_workload
 from synth.pipeline import encode
 
 QK = """
@@ -36,14 +34,6 @@ sm[s] += x[s, d]
 """
 
 
-def solved(text: str, hw_set: tuple[str, ...] = (), fixes: tuple[str, ...] = ()
-           ) -> tuple[cost.Model, dict[str, int]]:
-    model = encode(parse_workload(text, "<test>", "w"), load_hardware("cpu", hw_set),
-                   fixes=fixes)
-    result = solve(model.constraints)
-    assert result.status is Status.OPTIMAL and result.env is not None, result.status
-    return model, dict(result.env)
-
 
 def terms(model: cost.Model) -> cost.KernelTerms:
     [kernel] = model.kernels
@@ -57,7 +47,7 @@ def slot_of(kt: cost.KernelTerms, name: str) -> int:
 def test_a_packed_column_moves_its_bytes_not_a_line_per_row() -> None:
     """K's L1 tile a column [256 x 1] of its packed panel: priced as 1 KiB a step, where
     the tensor's rows (256 B apart) would take a 64-byte line each, 16 KiB."""
-    model, env = solved(QK, ("core.count=1",), ("V.s.i=1", "V.s.j=16", "V.s.d=1",
+    model, env = solved_on_cpu(QK, ("core.count=1",), ("V.s.i=1", "V.s.j=16", "V.s.d=1",
                                                 "Q.s.d=1", "Q.s.j=16"))
     kt = terms(model)
     use = next(u for u in kt.moving() if u.tensor == "K")
@@ -71,7 +61,7 @@ def test_a_packed_column_moves_its_bytes_not_a_line_per_row() -> None:
 def test_packed_moves_apply_only_inside_the_packing_cache() -> None:
     """Not to the written target, not to the L2 (where the panel is packed from the
     tensor's rows) nor to the registers (their loads are priced per register)."""
-    model, _ = solved(QK, ("core.count=1",))
+    model, _ = solved_on_cpu(QK, ("core.count=1",))
     kt = terms(model)
     by = {u.tensor: u for u in kt.moving()}
     hw = model.hw
@@ -85,12 +75,12 @@ def test_a_packed_operand_loads_whole_vectors_a_gathered_one_by_element() -> Non
     """K[j, d] vectorised along j is contiguous along j in its panel: a register of it
     is one vector load (its bytes). x[s, d] of a row sum vectorised along s is not
     packed: each element is gathered on its own (a register's bytes each)."""
-    model, _ = solved(QK, ("core.count=1",))
+    model, _ = solved_on_cpu(QK, ("core.count=1",))
     kt = terms(model)
     reg = model.hw.memory("reg")
     [k_use] = [u for u in kt.moving() if u.tensor == "K"]
     assert cost.element_bytes(kt, model.workload, k_use, reg, moving=True) == 4
-    model, _ = solved(ROW_SUM, ("core.count=1",), ("V.sm.s=16", "V.sm.d=1"))
+    model, _ = solved_on_cpu(ROW_SUM, ("core.count=1",), ("V.sm.s=16", "V.sm.d=1"))
     kt = terms(model)
     [x_use] = [u for u in kt.moving() if u.tensor == "x"]
     assert cost.element_bytes(kt, model.workload, x_use, reg, moving=True) > 4
@@ -100,7 +90,7 @@ def test_a_workload_that_fits_stays_in_the_l2() -> None:
     """QK^T at S=256 (448 KiB of tensors) fits a core's L2: nothing moves in from the L3
     in the steady state; with `l2.warm=false` its tiles do."""
     hw_set = ("core.count=1", "l2.capacity=2MiB")
-    model, env = solved(QK, hw_set)
+    model, env = solved_on_cpu(QK, hw_set)
     cold = encode(model.workload, load_hardware("cpu", (*hw_set, "l2.warm=false")))
 
     def into_l2(m: cost.Model) -> int:

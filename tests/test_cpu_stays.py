@@ -15,7 +15,7 @@ Relations only, deterministic solver limits."""
 from __future__ import annotations
 
 import pytest
-from conftest import solve
+from conftest import solve, solved_on_cpu
 
 from synth.constraints import cost, online_terms
 from synth.constraints import expr as ex
@@ -23,7 +23,7 @@ from synth.constraints.cpu_compute import vector_compute_cost
 from synth.constraints.result import Status
 from synth.constraints.transfers import resident_moves
 from synth.hwfile import load_hardware
-from synth.lang import load_workload, parse_workload
+from synth.lang import load_workload
 from synth.pipeline import encode
 
 QK = """
@@ -40,14 +40,6 @@ QK_FIXES = ("S.s.i=1", "L.s.i=1", "Q.s.i=1", "V.s.i=1",
             "S.s.d=32", "V.s.d=2", "L.s.j=8", "V.s.j=128")
 
 
-def solved(workload_text: str, hw_set: tuple[str, ...], fixes: tuple[str, ...]
-           ) -> tuple[cost.Model, dict[str, int]]:
-    model = encode(parse_workload(workload_text, "<test>", "qk"),
-                   load_hardware("cpu", hw_set), fixes=fixes)
-    result = solve(model.constraints)
-    assert result.status is Status.OPTIMAL and result.env is not None, result.status
-    return model, dict(result.env)
-
 
 def slot_of(kt: cost.KernelTerms, name: str) -> int:
     return max(i for i, s in enumerate(kt.slots) if s.name == name)
@@ -58,7 +50,7 @@ def test_a_packed_operand_that_stays_in_the_l2_moves_in_once() -> None:
     (not 1024 x 32 tiles of 1024 lines); in a 256 KiB L2 it does not stay and is
     priced as any tile."""
     hw_set = ("core.count=1", "l2.capacity=2MiB")
-    model, env = solved(QK, hw_set, QK_FIXES)
+    model, env = solved_on_cpu(QK, hw_set, QK_FIXES)
     [kernel] = model.kernels
     kt = cost.KernelTerms(kernel, model.factors, model.hw)
     use = next(u for u in kt.moving() if u.tensor == "K")

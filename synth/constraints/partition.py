@@ -312,10 +312,9 @@ class _Candidates:
             if ready is None:  # each candidate left needs one still running, or a worker
                 ahead = self._early(waiting, early) if len(busy()) < jobs else None
                 if ahead is not None:
-                    loose = self.cutoff(ahead)
-                    assert loose is not None
-                    early[ahead] = (self._start(elsewhere.start, solve_fixed, ahead, loose),
-                                    loose)
+                    name, loose = ahead
+                    early[name] = (self._start(elsewhere.start, solve_fixed, name, loose),
+                                   loose)
                 elif busy() and base is None:
                     base = solve_fixed(self.parts.base, max(0.01, self.deadline.left()), None)
                 elif busy():
@@ -344,16 +343,20 @@ class _Candidates:
             base = solve_fixed(self.parts.base, max(0.01, self.deadline.left()), None)
         return base
 
-    def _early(self, waiting: list[str], early: Collection[str]) -> str | None:
+    def _early(self, waiting: list[str], early: Collection[str]) -> tuple[str, int] | None:
         """A candidate to start before the candidates that run a strict subset of its
-        statements are all done, with the cutoff the results so far give (None: none can
-        be covered yet). That cutoff is at least the one it will have, so an INFEASIBLE
-        answer holds then too and is kept (any other is dropped, and the candidate solved
-        again when it is ready): the schedule is the one without workers. In a transformer
+        statements are all done, and the cutoff the results so far give it (None: no
+        candidate's statements can be covered yet). That cutoff is at least the one it
+        will have, so an INFEASIBLE answer holds then too and is kept (any other is
+        dropped, and the candidate solved again when it is ready): the schedule is the
+        one without workers. In a transformer
         block the last refutations wait for one another (upmem: hn_gt_up, then
         r2_hn_gt_up, 5.6 s) while a worker idles."""
-        return next((name for name in waiting if name not in early
-                     and self.cutoff(name) is not None), None)
+        for name in waiting:
+            loose = None if name in early else self.cutoff(name)
+            if loose is not None:
+                return name, loose
+        return None
 
     def large(self, name: str) -> bool:
         return len(self.parts.owned[name].decisions) >= WORKER_DECISIONS
