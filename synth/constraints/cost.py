@@ -753,22 +753,36 @@ def compute_cost(kt: KernelTerms) -> ex.Int:
         packed_point_ps,
         statement_point_ps,
     )
-    stretch = [ex.maximum(kt.hw.levels[kt.slots[i].level_index].issue_share, kt.units(i))
-               for i in _shared_pipelines(kt)]
     point: ex.Int = ex.const(_point_ps(kt))
     packed = kt.packed if packable(kt) else None
     if packed is not None:
         point = ex.select(_is_one(packed), packed_point_ps(kt), point)
-    core = ex.mul(point, kt.sequential_points(), *stretch)
+    core = _stretched(kt, ex.mul(point, kt.sequential_points()))
     if kt.kernel.online is not None:  # each statement over its own points
         from synth.constraints.online_terms import core_compute  # builds on this module
-        core = ex.mul(core_compute(kt, statement_point_ps(kt, False)), *stretch)
+        core = _stretched(kt, core_compute(kt, statement_point_ps(kt, False)))
         if packed is not None:
-            core = ex.select(_is_one(packed), ex.mul(core_compute(
-                kt, statement_point_ps(kt, True)), *stretch), core)
-    around = [ex.mul(kt.hw.compute.point_ps(statement_ops(s), s.dtype), around_points(kt, s),
-                     *stretch) for s in kt.kernel.prologue + kt.kernel.epilogue]
+            core = ex.select(_is_one(packed), _stretched(kt, core_compute(
+                kt, statement_point_ps(kt, True))), core)
+    around = [_stretched(kt, ex.mul(kt.hw.compute.point_ps(statement_ops(s), s.dtype),
+                                    around_points(kt, s)))
+              for s in kt.kernel.prologue + kt.kernel.epilogue]
     return ex.add(core, *around)
+
+
+def _stretched(kt: KernelTerms, work: ex.Int) -> ex.Int:
+    """`work` (one innermost unit's) x max(issue_share, units) for each shared pipeline,
+    written as the max of the two products (x * max(a, u) = max(x * a, x * u), x >= 0).
+    The same value, but each product's bounds see its factors: `work * units` is the
+    points of all the units sharing the pipeline, which the bounds pair with the units
+    there are (transformer/upmem's GEMMs: at least the optimum's compute). With the max
+    as one factor, the bounds took the fewest points per unit (the most units) and the
+    least stretch (the fewest units) at once: 11/16 of it."""
+    options = [work]
+    for i in _shared_pipelines(kt):
+        share = kt.hw.levels[kt.slots[i].level_index].issue_share
+        options = [ex.scale(o, f) for o in options for f in (share, kt.units(i))]
+    return ex.maximum(*options)
 
 
 def around_points(kt: KernelTerms, stmt: Statement) -> ex.Int:
