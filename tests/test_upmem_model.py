@@ -9,8 +9,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from conftest import Case, build
 
 from synth import pipeline
+from synth.constraints import cpsat, decompose
 from synth.constraints import expr as ex
 from synth.constraints.cost import _memory_slots, evaluate_cost, transfer_cost
 from synth.constraints.transfers import engine_cost
@@ -199,3 +201,16 @@ def test_emitted_host_code_pushes_what_the_model_prices(workload: str, sizes: di
     assert pushes + broadcasts == sum(u.read for u in moved)
     assert pulls == sum(u.written for u in moved)
     assert "dpu_copy_to(" not in host and "dpu_copy_from(" not in host
+
+
+def test_a_gemm_part_floor_pairs_the_units_with_their_stretch() -> None:
+    """`ConstraintSet.floor` of matmul's GEMM kernel is near its optimum (mostly compute):
+    the issue-share stretch is written as max(work x 11, work x tasklets), so the bound
+    pairs the points per tasklet with the tasklets that divide them. As work x max(11,
+    tasklets) the bound took the most tasklets and the least stretch at once, 11/16 of the
+    compute (floor / optimum 0.60), and every refutation searched from there."""
+    cset = build(Case.of("matmul", "upmem", {})).model.constraints
+    optima = [(cpsat._solve_part(part, TIME_LIMIT, cpsat.Effort()).objective or 0, part)
+              for part in decompose.components(decompose.fusion_covers(cset)[0])]
+    best, gemm = max(optima, key=lambda item: item[0])
+    assert 0.8 * best <= gemm.floor() <= best
