@@ -479,7 +479,10 @@ class _Workers:
                      ) -> SolveResult | None:
             return _try_here(cover, time_limit_s, cutoff, effort, solved)
 
-        return Elsewhere(start, try_here)
+        def warm() -> None:
+            processes.warm(__name__)
+
+        return Elsewhere(start, try_here, warm)
 
 
 @contextlib.contextmanager

@@ -68,10 +68,12 @@ class Elsewhere:
     """Worker processes for the candidates: `start` solves one there (a future of its
     result); `try_here` solves a small one here as long as that is cheap, and gives up
     (None) when it is not, so that a hard small candidate runs beside the others too.
-    Both give the result `solve_fixed` would."""
+    Both give the result `solve_fixed` would. `warm` gets the workers ready without
+    waiting for them (called when some candidate is sure to go there)."""
 
     start: Submit
     try_here: TryHere
+    warm: Callable[[], None] = lambda: None
 # of the time limit, kept for the partition models when the candidates take it all: at
 # least this much, or this share of the limit
 RESERVE_S, RESERVE_SHARE = 0.2, 0.05
@@ -278,6 +280,8 @@ class _Candidates:
         died) is solved here. The base's result; no candidate starts after it is found to
         have no schedule."""
         waiting = list(self.order)
+        if any(self.large(name) for name in waiting):
+            elsewhere.warm()
         below = {name: {other for other in self.parts.names
                         if self.covered[other] < self.covered[name]} for name in waiting}
         running: dict[object, tuple[Future[SolveResult], list[tuple[str, int | None]]]] = {}
