@@ -39,6 +39,14 @@ docs/architecture.md):
   vector of the tile, folded when the tile is stored or read), and synth's vector math
   routines. The compiler keeps these small arrays in registers (their indices are
   constants once their constant-bound loops are unrolled).
+- A register tile that is only written (never loaded) is stored vector by vector in
+  address order (`vstore_seq_*`: volatile stores, which the compiler does not reorder;
+  out of order, stores that split cache lines ran up to 40% slower from the L3). The
+  innermost loop over register tiles along the vector dimension is unrolled to
+  `UNROLL_VECTORS` vectors per iteration where a tile has fewer (a loop over groups of
+  iterations around one the compiler unrolls completely, `#pragma GCC unroll`):
+  one vector of exps per iteration ran 10-12% slower than four from the L3 (RESULTS.md,
+  "Cost fidelity round 5"). Neither changes the tiles or the order of the arithmetic.
 - A tile that may cross the tensor's edge (padded extents) is checked at run time: a
   full tile takes the vector path, a ragged one a scalar loop over its elements inside
   the tensor.
@@ -109,6 +117,7 @@ INDEX = "int64_t"  # loop counters and offsets
 VECTOR_TYPES: Mapping[DType, tuple[str, str]] = {DType.F32: ("f32", "float"),
                                                  DType.I32: ("i32", "int32_t")}
 MAX_LOCAL_BYTES = 1 << 20  # innermost tiles live on the thread's stack
+UNROLL_VECTORS = 4  # vectors per iteration of the innermost loop over register tiles
 RESERVED = ("synth_run", "synth_threads", "kernel", "tensors", "vf32", "vi32", "uf32",
             "ui32", "SYNTH_VB", "SYNTH_W", "omp_get_thread_num")
 
@@ -343,11 +352,13 @@ class KernelWriter:
         self.ident = writer.names(f"kernel:{kernel.name}", f"kernel_{kernel.name}")
         self.decls: dict[str, BufferDecl] = {d.name: d for d in writer.program.globals}
         self.parents: dict[str, str] = {}
+        self.loaded: set[str] = set()  # tiles loaded from the tensors (or their views)
         for node in walk(kernel.body):
             if isinstance(node, Alloc):
                 self.decls[node.buffer.name] = node.buffer
             elif isinstance(node, Load):
                 self.parents[node.dst] = node.src
+                self.loaded.add(node.dst)
             elif isinstance(node, Store):
                 self.parents[node.src] = node.dst
         self.innermost = writer.hw.memories[-1].name
@@ -427,6 +438,10 @@ class KernelWriter:
     def loop(self, code: Code, loop: Loop) -> None:
         if loop.var.kind is LoopKind.SEQUENTIAL:
             self.loop_extents[loop.var.name] = loop.var.extent
+            unroll = self.unroll(loop)
+            if unroll > 1:
+                self.unrolled(code, loop, unroll)
+                return
             with self.w.for_loop(code, self.var(loop.var.name), loop.var.extent,
                                  f"{loop.var.where}: {loop.var.symbol}"):
                 self.nodes(code, loop.body)
@@ -447,6 +462,33 @@ class KernelWriter:
         self.in_parallel = True
         self.parallel_chain(code, chain)
         self.in_parallel = False
+
+    def unroll(self, loop: Loop) -> int:
+        """Iterations of an innermost loop over register tiles along the vector dimension
+        to unroll: up to `UNROLL_VECTORS` vectors per iteration, a divisor of its extent
+        (1: as it is)."""
+        var = loop.var
+        if var.dim != self.vector or var.step % self.lanes \
+                or any(isinstance(node, Loop) for node in walk(loop.body)):
+            return 1
+        unroll = min(var.extent, UNROLL_VECTORS // (var.step // self.lanes))
+        while unroll > 1 and var.extent % unroll:
+            unroll -= 1
+        return max(unroll, 1)
+
+    def unrolled(self, code: Code, loop: Loop, unroll: int) -> None:
+        """`loop` as a loop over groups of `unroll` iterations around a loop over one
+        group that the compiler unrolls completely (`#pragma GCC unroll` on the whole loop
+        was not honoured where its body folds a reduction: gcc's unroller passed it by)."""
+        name = self.var(loop.var.name)
+        group = self.w.names(f"unroll:{self.kernel.name}:{loop.var.name}", f"{name}_u")
+        index = self.w.index_type
+        with code.block(f"for ({index} {group} = 0; {group} < {loop.var.extent}; "
+                        f"{group} += {unroll})", f"{loop.var.where}: {loop.var.symbol}"):
+            code(f"#pragma GCC unroll {unroll}")
+            with code.block(f"for ({index} {name} = {group}; {name} < {group} + {unroll}; "
+                            f"{name}++)"):
+                self.nodes(code, loop.body)
 
     def parallel_chain(self, code: Code, chain: list[Loop]) -> None:
         loop, *rest = chain
@@ -645,8 +687,9 @@ class KernelWriter:
                 if last == local.vector:  # contiguous: one vector load or store
                     if load:
                         code(f"{slot} = vload_{suffix}(&{element});")
-                    else:
-                        code(f"vstore_{suffix}(&{element}, {slot});")
+                    else:  # in address order unless it is an accumulator read back
+                        store = "vstore" if decl.name in self.loaded else "vstore_seq"
+                        code(f"{store}_{suffix}(&{element}, {slot});")
                 elif load:  # strided along the vector dimension: gathered (synth_vec.h)
                     lane = dict(offsets)
                     lane[local.vector] = f"{at[local.vector]} * {self.lanes} + 1"
