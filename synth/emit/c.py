@@ -39,14 +39,15 @@ docs/architecture.md):
   vector of the tile, folded when the tile is stored or read), and synth's vector math
   routines. The compiler keeps these small arrays in registers (their indices are
   constants once their constant-bound loops are unrolled).
-- A register tile that is only written (never loaded) is stored vector by vector in
-  address order (`vstore_seq_*`: volatile stores, which the compiler does not reorder;
-  out of order, stores that split cache lines ran up to 40% slower from the L3). The
-  innermost loop over register tiles along the vector dimension is unrolled to
-  `UNROLL_VECTORS` vectors per iteration where a tile has fewer (a loop over groups of
-  iterations around one the compiler unrolls completely, `#pragma GCC unroll`):
-  one vector of exps per iteration ran 10-12% slower than four from the L3 (RESULTS.md,
-  "Cost fidelity round 5"). Neither changes the tiles or the order of the arithmetic.
+- A register tile's vectors are stored in address order: `-fno-schedule-insns2` keeps gcc
+  from reordering them (out of order, stores that split cache lines ran up to 40% slower
+  from the L3; volatile stores kept the order too, but they kept gcc from interchanging
+  loops: rownorm's r_y 2.5x slower). The innermost loop over register tiles along the
+  vector dimension is unrolled to `UNROLL_VECTORS` vectors per iteration where a tile has
+  fewer (a loop over groups of iterations around one the compiler unrolls completely,
+  `#pragma GCC unroll`): one vector of exps per iteration ran 10-12% slower than four from
+  the L3 (RESULTS.md, "Cost fidelity round 5"). Neither changes the tiles or the order of
+  the arithmetic.
 - A tile that may cross the tensor's edge (padded extents) is checked at run time: a
   full tile takes the vector path, a ragged one a scalar loop over its elements inside
   the tensor.
@@ -108,8 +109,12 @@ from synth.workload import walk as expr_nodes
 
 __all__ = ["CFLAGS", "EmitError", "emit_c", "vector_bytes", "vectorisable"]
 
+# -fno-schedule-insns2: gcc's post-allocation scheduler reordered a register tile's stores
+# (an 8-vector tile's first vector stored last); stores that split cache lines (NumPy's
+# arrays are 16-byte aligned) ran up to 40% slower out of address order from the L3. The
+# out-of-order core schedules the rest (RESULTS.md, "Cost fidelity round 5")
 CFLAGS = ("-O3", "-march=native", "-fopenmp", "-fno-math-errno", "-fwrapv", "-std=gnu11",
-          "-fPIC", "-shared")
+          "-fno-schedule-insns2", "-fPIC", "-shared")
 HEADER = "synth_vec.h"
 LIBRARY = "libsynth.so"
 INDEX = "int64_t"  # loop counters and offsets
@@ -352,13 +357,11 @@ class KernelWriter:
         self.ident = writer.names(f"kernel:{kernel.name}", f"kernel_{kernel.name}")
         self.decls: dict[str, BufferDecl] = {d.name: d for d in writer.program.globals}
         self.parents: dict[str, str] = {}
-        self.loaded: set[str] = set()  # tiles loaded from the tensors (or their views)
         for node in walk(kernel.body):
             if isinstance(node, Alloc):
                 self.decls[node.buffer.name] = node.buffer
             elif isinstance(node, Load):
                 self.parents[node.dst] = node.src
-                self.loaded.add(node.dst)
             elif isinstance(node, Store):
                 self.parents[node.src] = node.dst
         self.innermost = writer.hw.memories[-1].name
@@ -687,9 +690,8 @@ class KernelWriter:
                 if last == local.vector:  # contiguous: one vector load or store
                     if load:
                         code(f"{slot} = vload_{suffix}(&{element});")
-                    else:  # in address order unless it is an accumulator read back
-                        store = "vstore" if decl.name in self.loaded else "vstore_seq"
-                        code(f"{store}_{suffix}(&{element}, {slot});")
+                    else:
+                        code(f"vstore_{suffix}(&{element}, {slot});")
                 elif load:  # strided along the vector dimension: gathered (synth_vec.h)
                     lane = dict(offsets)
                     lane[local.vector] = f"{at[local.vector]} * {self.lanes} + 1"

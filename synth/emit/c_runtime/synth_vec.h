@@ -33,13 +33,6 @@ static inline vf32 vload_f32(const float *p) { return *(const uf32 *)p; }
 static inline vi32 vload_i32(const int32_t *p) { return *(const ui32 *)p; }
 static inline void vstore_f32(float *p, vf32 v) { *(uf32 *)p = v; }
 static inline void vstore_i32(int32_t *p, vi32 v) { *(ui32 *)p = v; }
-/* a register tile's vectors stored in address order: volatile stores keep their program
- * order, where the compiler's scheduler reorders plain ones (gcc -O3 stored the first vector
- * of an 8-vector tile last). Stores that split cache lines (arrays not 64-byte aligned, as
- * NumPy's) ran up to 40% slower out of order, from the L3 (RESULTS.md, "Cost fidelity
- * round 5"); no other access is ordered by them */
-static inline void vstore_seq_f32(float *p, vf32 v) { *(volatile uf32 *)p = v; }
-static inline void vstore_seq_i32(int32_t *p, vi32 v) { *(volatile ui32 *)p = v; }
 /* a scalar in every lane: the ISA's broadcast, which a load feeding it folds into (one
  * broadcasting load on a load port; `(vf32){0} + x` became a scalar load and a
  * register broadcast on the port an FMA needs: GEMM micro-kernels ran 1.3-1.7x slower) */
