@@ -127,6 +127,10 @@ class Lowering:
         if isinstance(term, ex.Sum):
             return sum((self.linear(t) for t in term.terms), 0)
         if isinstance(term, ex.Prod):
+            chosen = [f for f in term.factors if isinstance(f, ex.Select)]
+            if (len(chosen) == 1 and isinstance(chosen[0].other, ex.Const)
+                    and not self._exponents):  # the lowering as products
+                return self.linear(_by_branch(term, chosen[0]))
             coeff, rest = _split_coefficient(term)
             cap = self.max_value // max(abs(coeff), 1)
             if not cap:
@@ -574,6 +578,21 @@ def _lowered(cset: ConstraintSet, cutoff: int | None, bounds_memo: ex.BoundsMemo
         lowering.model.add(objective <= cutoff)
     lowering.model.minimize(objective)
     return lowering
+
+
+def _by_branch(term: ex.Prod, chosen: ex.Select) -> ex.Int:
+    """`term`, a product with one factor `c if cond else k` (k a constant), as
+    `term[c] if cond else term[k]`: the same value, but each branch is one product, whose
+    factors are bounded together (`expr.bounds` pairs the factors of a dimension) where
+    the select as a factor cut the product into the select and the product of the others,
+    bounded apart. aie's transfer terms are of this kind (`x if an outer loop runs else
+    1`). Only in the lowering as products (`_solve_part`'s first attempt), which it
+    settles more often: CP-SAT deterministic time of the 39 built-in x cpu/upmem/aie
+    cases 57.3 -> 52.8 s (transformer/aie 22.9 -> 19.4, identical objectives). Over
+    exponents it made the refutation in matmul/aie 0.58 -> 1.11 s, and with two such
+    factors (four branches) it was slower too (benchmarks/RESULTS.md)."""
+    others = [factor for factor in term.factors if factor is not chosen]
+    return ex.select(chosen.cond, ex.mul(*others, chosen.then), ex.mul(*others, chosen.other))
 
 
 def _count(result: SolveResult, key: str) -> int:
