@@ -234,7 +234,8 @@ def test_a_worker_that_would_idle_starts_a_waiting_candidate_early(
         pending.append((future, cover, most))
         return future
 
-    def finish_oldest(futures: object, return_when: object = None) -> None:
+    def finish_oldest(futures: object, timeout: object = None, return_when: object = None
+                      ) -> None:
         future, cover, most = pending.pop(0)
         future.set_result(solve_fixed(cover, 3600.0, most))
 
@@ -320,6 +321,49 @@ def test_candidates_stop_at_the_deadline_with_a_gap() -> None:
     result = partition.solve(cset, Deadline(0.0), "cpsat", solve_fixed)
     assert result is not None
     assert result.status in (Status.FEASIBLE, Status.TIMEOUT)
+    assert int(result.stats["candidates_solved"]) < int(result.stats["candidates"])
+
+
+class _RunsOut(Deadline):
+    """A deadline far away until `after` candidates are solved, then at the point where
+    the candidates stop for `rescue`: the reserve and `RESCUE_S` left (no wall clock)."""
+
+    def __init__(self, after: int) -> None:
+        super().__init__(100.0)
+        self.after, self.solved = after, 0
+
+    def left(self) -> float:
+        if self.solved < self.after:
+            return 3600.0
+        return max(partition.RESERVE_S, partition.RESERVE_SHARE * self.seconds) + (
+            partition.RESCUE_S)
+
+
+@pytest.mark.parametrize("rescued", [True, False])
+def test_statements_the_deadline_left_without_a_schedule_get_one(
+        rescued: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Candidates are solved fewest statements first, so a deadline can stop them before
+    every statement has a schedule (the transformer block on upmem with --time-limit 8
+    at load 2: 18 of 22). Each such statement then gets its own kernel's first schedule:
+    the answer is FEASIBLE with a gap, where it was a timeout without a schedule."""
+    cset, solve_fixed = chain_problem(6)
+    deadline = _RunsOut(after=1)  # the base, then the first candidate, then stop
+
+    def counted(cover: ConstraintSet, limit: float, cutoff: int | None) -> SolveResult:
+        deadline.solved += 1
+        return solve_fixed(cover, limit, cutoff)
+
+    if not rescued:
+        monkeypatch.setattr(partition._Candidates, "rescue", lambda *args: None)
+    result = partition.solve(cset, deadline, "cpsat", counted)
+    assert result is not None
+    if not rescued:
+        assert result.status is Status.TIMEOUT and result.env is None
+        return
+    assert result.status is Status.FEASIBLE and result.env is not None
+    assert cset.violated(result.env) == []
+    assert result.bound is not None and result.objective is not None
+    assert 0 < result.bound <= result.objective
     assert int(result.stats["candidates_solved"]) < int(result.stats["candidates"])
 
 
