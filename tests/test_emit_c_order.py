@@ -56,6 +56,18 @@ def test_one_vector_tiles_are_unrolled_to_four_vectors(tmp_path: Path) -> None:
         assert not re.search(r"/\* \w+: [SLQ]\.", source[source.index(group):]), source
 
 
+def test_a_loop_around_a_short_innermost_loop_unrolls_too(tmp_path: Path) -> None:
+    # softmax's optimum on cpu: m folds its maximum after every L2 tile of 2 vectors (the
+    # loop over tiles in DRAM walks 2 vectors per iteration): both loops unroll by 2
+    built, program = forced(SOFTMAX, "fuse.e_s=1", "S.m.i=1", "L.m.i=2", "Q.m.i=1",
+                            "V.m.i=16")
+    assert_passes(emit_and_check(program, built.workload, tmp_path))
+    found = unrolled(kernel_source(tmp_path, "m"))
+    assert [factor for factor, _, _ in found] == [2, 2], found
+    assert re.search(r"\+= 2\) { /\* dram: H\.m\.i \*/", found[0][1]), found
+    assert re.search(r"\+= 2\) { /\* l2: L\.m\.i \*/", found[1][1]), found
+
+
 def test_tiles_of_four_vectors_or_more_are_not_unrolled(tmp_path: Path) -> None:
     e_s, y = softmax_source(tmp_path, "V.e_s.i=64", "V.y.i=128")
     assert "#pragma GCC unroll" not in e_s + y

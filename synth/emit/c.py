@@ -43,11 +43,11 @@ docs/architecture.md):
   from reordering them (out of order, stores that split cache lines ran up to 40% slower
   from the L3; volatile stores kept the order too, but they kept gcc from interchanging
   loops: rownorm's r_y 2.5x slower). The innermost loop over register tiles along the
-  vector dimension is unrolled to `UNROLL_VECTORS` vectors per iteration where a tile has
-  fewer (a loop over groups of iterations around one the compiler unrolls completely,
-  `#pragma GCC unroll`): one vector of exps per iteration ran 10-12% slower than four from
-  the L3 (RESULTS.md, "Cost fidelity round 5"). Neither changes the tiles or the order of
-  the arithmetic.
+  vector dimension, and loops around it along that dimension alone, are unrolled to
+  `UNROLL_VECTORS` vectors per iteration where an iteration has fewer (a loop over groups
+  of iterations around one the compiler unrolls completely, `#pragma GCC unroll`): one
+  vector of exps per iteration ran 10-12% slower than four from the L3 (RESULTS.md, "Cost
+  fidelity round 5"). Neither changes the tiles or the order of the arithmetic.
 - A tile that may cross the tensor's edge (padded extents) is checked at run time: a
   full tile takes the vector path, a ragged one a scalar loop over its elements inside
   the tensor.
@@ -467,12 +467,15 @@ class KernelWriter:
         self.in_parallel = False
 
     def unroll(self, loop: Loop) -> int:
-        """Iterations of an innermost loop over register tiles along the vector dimension
-        to unroll: up to `UNROLL_VECTORS` vectors per iteration, a divisor of its extent
-        (1: as it is)."""
+        """Iterations of a loop over tiles along the vector dimension, with no loop along
+        another dimension inside, to unroll: up to `UNROLL_VECTORS` vectors per iteration
+        of it, a divisor of its extent (1: as it is). The loops inside unroll on their own
+        (a loop over 2 one-vector tiles folded after each pair: the pair's loop is unrolled
+        whole and the loop around it by 2)."""
         var = loop.var
-        if var.dim != self.vector or var.step % self.lanes \
-                or any(isinstance(node, Loop) for node in walk(loop.body)):
+        if var.dim != self.vector or var.step % self.lanes or any(
+                isinstance(node, Loop) and node.var.dim != self.vector
+                for node in walk(loop.body)):
             return 1
         unroll = min(var.extent, UNROLL_VECTORS // (var.step // self.lanes))
         while unroll > 1 and var.extent % unroll:
