@@ -235,8 +235,9 @@ def solve(model: Model, solver: str, time_limit_s: float, jobs: int = 1) -> Solv
     raise InputError(f"unknown solver {solver!r}; expected one of {', '.join(SOLVERS)}")
 
 
-def explain_infeasible(model: Model) -> list[explain.Conflict]:
-    return explain.explain(model.constraints, model.hw)
+def explain_infeasible(model: Model, deadline: Deadline | None = None
+                       ) -> list[explain.Conflict]:
+    return explain.explain(model.constraints, model.hw, deadline)
 
 
 def binding(model: Model, result: SolveResult, time_limit_s: float,
@@ -325,7 +326,7 @@ def run(request: Request) -> Outcome:
     result = timed("solve", solve, model, request.solver, max(0.01, deadline.left()),
                    request.jobs)
     if result.status is Status.INFEASIBLE:
-        conflicts = timed("explain", explain_infeasible, model)
+        conflicts = timed("explain", explain_infeasible, model, deadline)
         return Outcome(workload, hw, model, result, None, None, None, timings, conflicts)
     if result.env is None:
         return Outcome(workload, hw, model, result, None, None, None, timings)

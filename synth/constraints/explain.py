@@ -42,6 +42,7 @@ ALWAYS = "implied"  # redundant: always enforced by the solver, never blamed
 STRUCTURAL = "fusion.cover"  # every statement runs once: enforced outright, never blamed
 CHECK_LIMIT_S = 10.0  # per feasibility check of `explain`
 VIOLATED_LIMIT_S = 1.0  # per search for the constraints of a group that fail
+LEAST_CHECK_S = 0.5  # a check's time past the deadline: an explanation needs one
 RESOLVE_LIMIT_S = 10.0  # per re-solve of `binding`
 
 
@@ -121,8 +122,10 @@ def _positive(den: Any) -> Any:
 class Feasibility:
     """One CP-SAT model of `cset`'s constraints, each group under its own literal."""
 
-    def __init__(self, cset: ConstraintSet) -> None:
-        self.cset = cset
+    def __init__(self, cset: ConstraintSet, deadline: Deadline | None = None) -> None:
+        """`deadline`: each check gets at most what is left before it (and at least
+        `LEAST_CHECK_S`, so that an explanation asked for at the limit still has one)."""
+        self.cset, self.deadline = cset, deadline
         # without the groups' bounds: they assume exact tilings, which only `tiling` makes
         self.lowering = cpsat.Lowering(ConstraintSet(
             cset.decisions, {k: floor_divisions(t) for k, t in cset.definitions.items()},
@@ -160,12 +163,17 @@ class Feasibility:
         members = [c for c in self.cset.constraints if c.group == group]
         if len(members) == 1:
             return (members[0].meaning,)
+        never = [c.meaning for c in members if self._never(floor_divisions(c.cond))]
+        if never:  # cheap first: fails whatever the values (its terms' bounds say so)
+            return tuple(dict.fromkeys(never))
         holds = {c: self.lowering.bool_of(floor_divisions(c.cond)) for c in members}
         literals = [self.literals[g] for g in others]
-        always = [c.meaning for c, b in holds.items()
-                  if self._status([*literals, b], VIOLATED_LIMIT_S) is Status.INFEASIBLE]
+        always = [c.meaning for c, b in holds.items() if not self.expired()
+                  and self._status([*literals, b], VIOLATED_LIMIT_S) is Status.INFEASIBLE]
         if always:
             return tuple(dict.fromkeys(always))
+        if self.expired():
+            return ()
         model = self.lowering.model
         model.maximize(sum(holds.values()))
         solver, code = self._solve(literals, VIOLATED_LIMIT_S)
@@ -177,6 +185,21 @@ class Feasibility:
         broken = [c.meaning for c in members if not _holds(floor_divisions(c.cond), env)]
         return tuple(dict.fromkeys(broken))
 
+    def _never(self, cond: ex.Cond) -> bool:
+        """`cond` holds for no values of its terms within their bounds: it fails in every
+        assignment, which needs no CP-SAT check (one takes 0.5-0.7 s on fa6/upmem)."""
+        if isinstance(cond, ex.AnyOf):
+            return all(self._never(part) for part in cond.conds)
+        if not isinstance(cond, ex.Cmp):
+            return False
+        lhs, rhs = (ex.bounds(t, self.lowering.bounds, self.cset.groups)
+                    for t in (cond.lhs, cond.rhs))
+        return {"<=": lhs[0] > rhs[1], "<": lhs[0] >= rhs[1], ">=": lhs[1] < rhs[0],
+                ">": lhs[1] <= rhs[0], "==": lhs[1] < rhs[0] or lhs[0] > rhs[1]}[cond.op]
+
+    def expired(self) -> bool:
+        return self.deadline is not None and self.deadline.expired()
+
     def _solve(self, literals: Sequence[cp_model.IntVar], time_limit_s: float
                ) -> tuple[cp_model.CpSolver, str]:
         """Without CP-SAT's presolve, as the solver runs (`cpsat._solve_part`): with it,
@@ -185,6 +208,8 @@ class Feasibility:
         model = self.lowering.model
         model.clear_assumptions()
         model.add_assumptions(literals)
+        if self.deadline is not None:
+            time_limit_s = min(time_limit_s, max(LEAST_CHECK_S, self.deadline.left()))
         solver = cpsat.new_solver(time_limit_s, workers=1)
         solver.parameters.linearization_level = 1  # the default: these are feasibility checks
         solver.parameters.cp_model_presolve = False
@@ -204,11 +229,14 @@ def _holds(cond: ex.Cond, env: Mapping[str, int]) -> bool:
         return False
 
 
-def minimal_core(cset: ConstraintSet) -> dict[str, tuple[str, ...]]:
+def minimal_core(cset: ConstraintSet, deadline: Deadline | None = None
+                 ) -> dict[str, tuple[str, ...]]:
     """A minimal set of groups that cannot hold together, each with the meanings of its
     constraints that fail when all the others hold; {} when every group can hold (or
-    when the checks ran out of time). The set returned is never empty."""
-    checker = Feasibility(cset)
+    when the checks ran out of time). The set returned is never empty. Past `deadline`
+    the set is one that cannot hold together, not yet shrunk to a minimal one, and the
+    meanings are left out (the caller shows the group's)."""
+    checker = Feasibility(cset, deadline)
     status, core, _ = checker.check(list(checker.literals))
     if status is not Status.INFEASIBLE:
         return {}
@@ -224,6 +252,8 @@ def _shrink(checker: Feasibility, core: list[str]) -> list[str]:
     for group in list(core):
         if group not in core:
             continue
+        if checker.expired():
+            break
         trial = [g for g in core if g != group]
         status, smaller, _ = checker.check(trial)
         if status is Status.INFEASIBLE:
@@ -231,10 +261,11 @@ def _shrink(checker: Feasibility, core: list[str]) -> list[str]:
     return core
 
 
-def explain(cset: ConstraintSet, hw: Hardware) -> list[Conflict]:
+def explain(cset: ConstraintSet, hw: Hardware, deadline: Deadline | None = None
+            ) -> list[Conflict]:
     infos = {info.group: info for info in group_infos(cset)}
     return [Conflict(infos[g], violated or infos[g].meanings, facts(g, hw))
-            for g, violated in minimal_core(cset).items()]
+            for g, violated in minimal_core(cset, deadline).items()]
 
 
 def _bytes(n: int) -> str:
