@@ -158,12 +158,16 @@ def test_a_group_that_never_holds_is_explained_without_a_solve(
     assert checker.violated("g", []) == ("x at most 0", "2x + y under 2")
 
 
-def test_an_explanation_asked_for_past_the_deadline_is_a_conflict_still() -> None:
+def test_an_explanation_asked_for_past_the_deadline_is_a_conflict_still(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     """`--time-limit` bounds the explanation too: past the deadline each check gets
     `LEAST_CHECK_S`, the set of groups is not shrunk further, and it still cannot hold
     together (the fa6 run of the fuzz corpus took 18 s of its 5 explaining why a WRAM of
-    1 KiB fits nothing). The deadline here is already past: no wall-clock verdict."""
+    1 KiB fits nothing). The deadline here is already past, and a check's least time far
+    more than it needs (0.06 s): no wall-clock verdict."""
     from synth.deadline import Deadline
+
+    monkeypatch.setattr(explain, "LEAST_CHECK_S", 60.0)
 
     model = pipeline.run(request("softmax", hw_overrides=("wram.capacity=2056",))).model
     cset = model.constraints
