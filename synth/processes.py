@@ -24,24 +24,27 @@ def _ignore_interrupt() -> None:
 
 def process_pool(workers: int, preload: str) -> ProcessPoolExecutor:
     """`workers` processes forked from a server that has imported module `preload`."""
-    context: multiprocessing.context.BaseContext
-    if "forkserver" in multiprocessing.get_all_start_methods():
-        context = multiprocessing.get_context("forkserver")
-        context.set_forkserver_preload([preload])
-    else:  # Windows: every worker imports synth itself
-        context = multiprocessing.get_context("spawn")
-    return ProcessPoolExecutor(workers, mp_context=context, initializer=_ignore_interrupt)
+    return ProcessPoolExecutor(workers, mp_context=_context(preload),
+                               initializer=_ignore_interrupt)
 
 
 def warm(preload: str) -> None:
     """Start `process_pool`'s fork server now, without waiting for it: it imports module
     `preload` (about 0.4 s) while the caller goes on, and a pool made later starts its
     workers at once."""
+    if _context(preload).get_start_method() == "forkserver":
+        from multiprocessing import forkserver
+        forkserver.ensure_running()
+
+
+def _context(preload: str) -> multiprocessing.context.BaseContext:
+    """A fork server that imports `preload` first where there is one; spawn otherwise
+    (Windows: every worker imports synth itself)."""
     if "forkserver" in multiprocessing.get_all_start_methods():
         context = multiprocessing.get_context("forkserver")
         context.set_forkserver_preload([preload])
-        from multiprocessing import forkserver
-        forkserver.ensure_running()
+        return context
+    return multiprocessing.get_context("spawn")
 
 
 def stop(pool: ProcessPoolExecutor) -> None:

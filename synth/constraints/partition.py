@@ -257,6 +257,7 @@ class _Candidates:
         self.parts, self.deadline, self.reserve = parts, deadline, reserve
         self.covered = _statements(parts)
         self.order = _order(parts, self.covered)
+        self.singles = [name for name in self.order if len(self.covered[name]) == 1]
         self.shapes = {name: part_shape(parts.owned[name]) for name in parts.names}
         self.results: dict[str, SolveResult] = {}
         self.dominated = 0
@@ -304,8 +305,7 @@ class _Candidates:
                 done |= self.covered[name]
         for name in running:
             done |= self.covered[name]
-        return [name for name in self.order if len(self.covered[name]) == 1
-                and not self.covered[name] <= done
+        return [name for name in self.singles if not self.covered[name] <= done
                 and (name not in self.results or self.results[name].status not in (
                     Status.INFEASIBLE, Status.OPTIMAL))]
 
@@ -351,7 +351,7 @@ class _Candidates:
                 collect(done)
             started = [name for _, names in running.values() for name, _ in names]
             if self.out_of_time(started) and waiting:  # a schedule for each statement
-                self.rescue(solve_fixed, started)
+                self.rescue(solve_fixed, started)  # then none is missing: on to the reserve
             if self.out_of_time(started) or (base is not None and base.env is None):
                 waiting.clear()
             ready = next((n for n in waiting if not below[n] - self.results.keys()
@@ -434,7 +434,7 @@ class _Candidates:
         if not self.results:
             return False
         left = self.deadline.left() - self.reserve
-        if left > RESCUE_S * len(self.order):
+        if left > RESCUE_S * len(self.singles):
             return False  # (without counting what is missing)
         problems = {self.shapes[name].problem for name in self._missing(running)}
         return left <= RESCUE_S * len(problems)
