@@ -12,7 +12,11 @@ median. What is measured, and where it goes in the model (docs/hardware.md, "Cal
   tanh, sqrt and the divisions the C emitter writes (x / y, 1 / sqrt, 1 / x), in cycles
   per vector instruction -> `compute.cycles.f32.OP` (and `host.cycles.f32.OP`) for every
   OP the base model lists; the latency of a dependent FMA chain -> the base model's
-  `compute.accumulate_latency.f32` when it has one;
+  `compute.accumulate_latency.f32` when it has one, and of a dependent add or max chain
+  (the slower) -> `compute.add_latency.f32`;
+- the fold of a vector's lanes into one (`vsum_f32`: log2(lanes) shuffles and adds) after
+  each vector of exps, less the same loop summing in a vector -> `compute.shuffle_cycles.f32`
+  when the base model has the key: the fold's cycles per step less an add's;
 - read bandwidth (bytes per cycle) and load-to-use latency (a pointer chase over cache
   lines in random order) of buffers held in L1, L2, L3 and DRAM -> each memory's
   `bandwidth` and `latency`, which describe transfers *from its parent* (l1's are L2's
@@ -62,14 +66,16 @@ OPS = ("add", "mul", "max", "fma", "div", "sqrt", "rsqrt", "recip", "exp", "log"
 THROUGHPUT_CHAINS = 12  # vector instructions per iteration of the arithmetic loops
 ROUTINE_CALLS = 8  # routine calls per iteration of the vector math loops
 CLOCK_STEPS = 16  # dependent adds per iteration of synth_cal_clock
-LATENCY_STEPS = 8  # dependent FMAs per iteration of synth_cal_fma_latency
+LATENCY_STEPS = 8  # dependent operations per iteration of synth_cal_OP_latency
+LATENCIES = ("fma", "add", "max")  # the chains measured (synth_cal_OP_latency)
+FOLD_LOOPS = ("exp_sum", "exp_fold")  # a vector of exps per iteration, summed or folded
 LINE = 64  # bytes: the pointer chase visits one cache line per step
 BUSY_LOAD = 0.5  # a 1-minute load average at or above this: the machine is busy
 LEVELS = ("L1d", "L2", "L3", "DRAM")
 # fallbacks when sysfs does not say (the cpu model's fallbacks)
 FALLBACK_CACHE = {"L1d": 32 << 10, "L2": 512 << 10, "L3": 32 << 20}
 # what `measure` tells its `step` callback, one call per measurement (the progress bar's total)
-STEPS = 2 + len(OPS) + 2 + 2 * len(LEVELS) + 1
+STEPS = 2 + len(OPS) + 1 + 1 + 1 + 2 * len(LEVELS) + 1
 
 
 class CalibrationError(SynthError):
@@ -105,7 +111,8 @@ class Calibration:
     vector_bytes: int
     clock_hz: float
     cycles: Mapping[str, float]  # f32 op -> cycles per vector instruction (throughput)
-    fma_latency: float  # cycles of one FMA in a dependent chain
+    latency_cycles: Mapping[str, float]  # fma, add, max -> cycles each in a dependent chain
+    fold_cycles: float  # cycles a fold of one vector's lanes adds after a vector of exps
     bandwidth: Mapping[str, float]  # level -> bytes per cycle (DRAM: all cores)
     latency: Mapping[str, float]  # level -> cycles from load to use
     sizes: Mapping[str, int]  # level -> bytes of the buffer measured
@@ -162,7 +169,9 @@ def build(vector_bytes: int, directory: Path) -> ctypes.CDLL:
         if proc.returncode != 0:
             raise CalibrationError(f"building {SOURCE} failed:\n{proc.stderr[-2000:]}")
     lib = ctypes.CDLL(str(library))
-    for name in ("clock", "fma_latency", *OPS):
+    timed_loops = ("clock", *(f"{op}_latency" for op in LATENCIES),
+                   *FOLD_LOOPS, *OPS)
+    for name in timed_loops:
         getattr(lib, f"synth_cal_{name}").argtypes = [ctypes.c_int64]
     for name in ("region", "barrier", "fma_parallel"):
         getattr(lib, f"synth_cal_{name}").argtypes = [ctypes.c_int64, ctypes.c_int]
@@ -170,8 +179,7 @@ def build(vector_bytes: int, directory: Path) -> ctypes.CDLL:
                                    ctypes.c_int]
     lib.synth_cal_chase.argtypes = [ctypes.c_void_p, ctypes.c_int64,
                                     ctypes.POINTER(ctypes.c_int64)]
-    names = ("clock", "fma_latency", *OPS, "region", "barrier", "fma_parallel", "read",
-             "chase")
+    names = (*timed_loops, "region", "barrier", "fma_parallel", "read", "chase")
     for name in names:
         getattr(lib, f"synth_cal_{name}").restype = ctypes.c_double
     return lib
@@ -249,8 +257,13 @@ def measure(hw: Hardware, settings: Settings = Settings(), step: Step | None = N
             per = THROUGHPUT_CHAINS if op in ("add", "mul", "max", "fma") else ROUTINE_CALLS
             cycles[op] = timed(getattr(lib, f"synth_cal_{op}"), settings) * clock_hz / per
         clock_hz = max(clock_hz, clock(lib, settings))  # again: see `clock`
-        tell("FMA latency")
-        fma_latency = timed(lib.synth_cal_fma_latency, settings) * clock_hz / LATENCY_STEPS
+        tell("FMA, add and max latency")
+        latencies = {op: timed(getattr(lib, f"synth_cal_{op}_latency"), settings) * clock_hz
+                     / LATENCY_STEPS for op in LATENCIES}
+        tell("a fold of a vector's lanes")
+        summed, folded = (timed(getattr(lib, f"synth_cal_{name}"), settings) * clock_hz
+                          for name in FOLD_LOOPS)
+        folds = max(folded - summed, 0.0)
         cpus = usable_cpus()
         tell("usable cores")
         usable = usable_cores(lib, settings, cpus, cycles["fma"], clock_hz)
@@ -264,7 +277,7 @@ def measure(hw: Hardware, settings: Settings = Settings(), step: Step | None = N
                      f"slower than a quiet machine's; calibrate again when it is idle")
     return Calibration(cpu_name(), datetime.datetime.now(datetime.UTC).isoformat(
         timespec="seconds"), (load[0], load[1], load[2]), cpus, vb, clock_hz, cycles,
-        fma_latency, bandwidth, latency, sizes, region_s, barrier_s, usable,
+        latencies, folds, bandwidth, latency, sizes, region_s, barrier_s, usable,
         time.perf_counter() - started, tuple(notes))
 
 
@@ -365,7 +378,14 @@ def substitute(tree: dict[str, Any], cal: Calibration) -> list[str]:
                     put(f32, op, round(value, 2), f"{unit}.cycles.f32.{op}")
         latencies = table.get("accumulate_latency")
         if isinstance(latencies, dict) and "f32" in latencies:
-            put(latencies, "f32", round(cal.fma_latency, 2), f"{unit}.accumulate_latency.f32")
+            put(latencies, "f32", round(cal.latency_cycles["fma"], 2),
+                f"{unit}.accumulate_latency.f32")
+            adds = table.setdefault("add_latency", {})
+            put(adds, "f32", round(max(cal.latency_cycles["add"], cal.latency_cycles["max"]), 2),
+                f"{unit}.add_latency.f32")
+        shuffles = table.get("shuffle_cycles")
+        if isinstance(shuffles, dict) and "f32" in shuffles:
+            put(shuffles, "f32", round(shuffle_cycles(cal), 2), f"{unit}.shuffle_cycles.f32")
     kinds = memory_kinds(tree)
     for index, memory in enumerate(tree.get("memory", [])):
         parent = kinds[index - 1] if index > 0 else None
@@ -393,6 +413,17 @@ def substitute(tree: dict[str, Any], cal: Calibration) -> list[str]:
         if "barrier" in cores:
             put(cores, "barrier", f"{cal.barrier_s * 1e9:.0f}ns", f"{cores.get('name')}.barrier")
     return done
+
+
+def shuffle_cycles(cal: Calibration) -> float:
+    """Cycles of one shuffle step of a fold: `cpu_compute.fold_cost` prices the fold of one
+    vector as log2(lanes) x (an add + a shuffle) and the add joining the target, so the
+    measured fold less that add, per step, less an add; at least a tenth of a cycle."""
+    steps = max(cal.vector_bytes // 4 - 1, 0).bit_length()
+    if steps == 0:
+        return 0.1
+    add = cal.cycles["add"]
+    return max(0.1, (cal.fold_cycles - add) / steps - add)
 
 
 def _zero_time(value: Any) -> bool:
@@ -427,7 +458,10 @@ def header(base: str, cal: Calibration, done: list[str]) -> str:
              f"vector width: {cal.vector_bytes} bytes ({cal.vector_bytes // 4} f32 lanes); "
              f"clock {cal.clock_hz / 1e9:.3f} GHz (dependent adds)",
              f"f32 FMA: {cal.cycles['fma']:.2f} cycles per vector instruction (throughput), "
-             f"latency {cal.fma_latency:.2f} cycles",
+             f"latency {cal.latency_cycles['fma']:.2f} cycles; add latency "
+             f"{cal.latency_cycles['add']:.2f}, max {cal.latency_cycles['max']:.2f}",
+             f"a fold of a vector's lanes after its exps: {cal.fold_cycles:.2f} cycles "
+             f"(a shuffle step {shuffle_cycles(cal):.2f})",
              "read bandwidth (B/cycle; DRAM with every usable core) and latency (cycles):",
              *(f"  {level}: {cal.bandwidth[level]:.2f} B/cycle, {cal.latency[level]:.0f} "
                f"cycles ({cal.sizes[level] >> 10} KiB buffer)" for level in LEVELS),

@@ -175,8 +175,12 @@ class Compute:
     vector_tiles: bool = False
     # a multiply feeding an add costs one instruction (FMA)
     fused_multiply_add: bool = False
-    # dtype -> cycles before an accumulator takes its next update (dependent add / FMA)
+    # dtype -> cycles before an accumulator takes its next update (a dependent FMA, or
+    # any update where `add_latency` does not say)
     accumulate_latency: Mapping[str, float] = field(default_factory=dict)
+    # dtype -> the same for an accumulator updated by one add, max or min (no multiply
+    # fused in: a sum or a maximum); absent: `accumulate_latency`
+    add_latency: Mapping[str, float] = field(default_factory=dict)
     # vector instructions the out-of-order core looks ahead past a waiting accumulator
     # (0: none; every chain is exposed)
     accumulate_window: int = 0

@@ -90,7 +90,7 @@ _PUSH_DIRECTION_KEYS = ("one", "full", "latency", "per_unit")
 _LAUNCH_PER_UNIT_KEYS = ("level", "time")
 _TRANSFER_KEYS = ("min", "max", "multiple", "align")
 _COMPUTE_KEYS = ("clock", "cycles", "lanes", "intrinsic", "tile", "dst", "vector_tiles",
-                 "accumulate_latency", "accumulate_window", "fused_multiply_add",
+                 "accumulate_latency", "add_latency", "accumulate_window", "fused_multiply_add",
                  "divider_lanes", "shuffle_cycles")
 _INTRINSIC_KEYS = ("shape", "cycles", "pack")
 _COMPUTE_REQUIRED = ("clock", "cycles")
@@ -295,6 +295,7 @@ def _override_keys(tree: Mapping[str, Any]) -> dict[str, list[tuple[str | int, .
                 add(f"{table}.cycles.{dtype}.{op}", (table, "cycles", dtype, op))
             add(f"{table}.lanes.{dtype}", (table, "lanes", dtype))
             add(f"{table}.accumulate_latency.{dtype}", (table, "accumulate_latency", dtype))
+            add(f"{table}.add_latency.{dtype}", (table, "add_latency", dtype))
             add(f"{table}.divider_lanes.{dtype}", (table, "divider_lanes", dtype))
             add(f"{table}.shuffle_cycles.{dtype}", (table, "shuffle_cycles", dtype))
         for flag in ("vector_tiles", "fused_multiply_add", "accumulate_window"):
@@ -414,6 +415,7 @@ def _compute(value: object, where: _Where) -> Compute:
                                             where.at("fused_multiply_add")),
                    accumulate_latency=_latencies(table.get("accumulate_latency", {}),
                                                  where.at("accumulate_latency")),
+                   add_latency=_latencies(table.get("add_latency", {}), where.at("add_latency")),
                    accumulate_window=_integer(table.get("accumulate_window", 0),
                                               where.at("accumulate_window"), 0),
                    divider_lanes=_divider_lanes(table.get("divider_lanes", {}),
@@ -455,7 +457,8 @@ def _flag(value: object, where: _Where) -> bool:
 
 def _latencies(value: object, where: _Where) -> dict[str, float]:
     """`accumulate_latency = { f32 = 4 }`: cycles before a vector accumulator can take its
-    next update (the latency of a dependent add or FMA), per dtype."""
+    next update (the latency of a dependent FMA; `add_latency`: of an add, max or min),
+    per dtype. `shuffle_cycles` is read the same way."""
     out: dict[str, float] = {}
     for dtype, cycles in _table(value, where).items():
         if dtype not in _DTYPES:

@@ -439,7 +439,10 @@ def print_calibration(cal: Calibration, out: str) -> None:
             ("vector width", f"{cal.vector_bytes} B ({cal.vector_bytes // 4} f32 lanes)"),
             *((f"f32 {op}", f"{cycles:.2f} cycles/vector") for op, cycles in
               cal.cycles.items()),
-            ("f32 FMA latency", f"{cal.fma_latency:.2f} cycles"),
+            *((f"f32 {op} latency", f"{cycles:.2f} cycles") for op, cycles in
+              cal.latency_cycles.items()),
+            (f"fold of {cal.vector_bytes // 4} f32 lanes after exps",
+             f"{cal.fold_cycles:.2f} cycles"),
             *((f"{level} read", f"{cal.bandwidth[level]:.2f} B/cycle, "
                f"{cal.latency[level]:.0f} cycles latency") for level in LEVELS),
             ("OpenMP region", f"{cal.region_s * 1e9:.0f} ns start+join"),

@@ -7,7 +7,8 @@ round 4"):
   `mov` and 6.8 at a cycle (softmax's samples 8 and 12, which fold their sum at each of
   65536 tiles, ran 0.97 ms, priced 0.89);
 - a max (or min) folds its lanes with the ISA's one instruction (vmaxps), priced as an
-  add, not as `vmax_f32`'s compare and select.
+  add, whatever `max` costs (`vmax_f32` was a compare and select at 1.5 cycles; it is now
+  vmaxps too).
 
 Relations only, deterministic solver limits."""
 
@@ -79,11 +80,13 @@ def test_folding_at_every_tile_prices_the_shuffles_at_a_cycle() -> None:
 
 def test_a_max_folds_its_lanes_at_an_instructions_price() -> None:
     """m max= x[i] folded after each tile: the folds cost the shuffles and one add-priced
-    instruction per step, less than at `max`'s compare-and-select price."""
-    compute = load_hardware("cpu").compute
-    lanes = compute.lanes["f32"]
-    model, env = solved_on_cpu(MAX, (), per_tile("m", lanes))
+    instruction per step, less than at `max`'s price where a max costs more than an add
+    (a model with the compare and select's 1.5 cycles)."""
+    lanes = load_hardware("cpu").compute.lanes["f32"]
+    solved, env = solved_on_cpu(MAX, (), per_tile("m", lanes))
     _, env_once = solved_on_cpu(MAX, (), once("m", lanes))
+    model = encode(solved.workload, load_hardware("cpu", ("compute.cycles.f32.max=1.5",)))
+    compute = model.hw.compute
     folds = 16384 // lanes - 1
     extra = (evaluate_cost(model, env)["compute"]
              - evaluate_cost(model, env_once)["compute"]) / folds
@@ -100,3 +103,29 @@ def test_shuffle_cycles_bad_values_are_clear_errors() -> None:
                 "compute.shuffle_cycles.f99=1"):
         with pytest.raises(InputError, match="shuffle_cycles"):
             load_hardware("cpu", (bad,))
+
+
+DOT = """
+size N = 16384
+in  x : f32[N]
+in  w : f32[N]
+out d : f32[]
+d[] += x[i] * w[i]
+"""
+
+
+@pytest.mark.parametrize(("text", "waits"), [(SUM, "add"), (MAX, "add"), (DOT, "fma")])
+def test_an_accumulator_waits_its_own_operations_latency(text: str, waits: str) -> None:
+    """A sum or a maximum accumulates by one add or vmaxps (2 cycles on AMD Zen 5), a dot
+    product by FMA (4): `add_latency` prices the first, `accumulate_latency` the second,
+    and without `add_latency` both wait `accumulate_latency`."""
+    from synth.constraints.roofline import accumulate_ps
+    from synth.lang import parse_workload
+
+    stmt = parse_workload(text, "<test>", "w").statements[-1]
+    split = load_hardware("cpu", ("compute.add_latency.f32=2",
+                                  "compute.accumulate_latency.f32=4")).compute
+    same = load_hardware("cpu", ("compute.accumulate_latency.f32=4",)).compute
+    ps_per_cycle = 1e12 / split.clock_hz
+    assert accumulate_ps(stmt, split) == round((2 if waits == "add" else 4) * ps_per_cycle)
+    assert accumulate_ps(stmt, same) == round(4 * ps_per_cycle)

@@ -78,9 +78,8 @@ def fold_cost(kt: KernelTerms, stmt: Statement, vector: str, lanes: int) -> ex.I
     RESULTS.md, "Folds, packed panels". A fold of 1, 2 or 4 vectors after each tile of
     exps added 6.5, 6.9 and 8.1 cycles, priced 4.8, 5.4 and 6.5 with the shuffle at a
     `mov`'s 0.5, 6.8, 7.4 and 8.5 at 1: RESULTS.md, "Cost fidelity round 4".) A max or
-    min folds its lanes with the ISA's one instruction (`_mm512_reduce_max_ps`: vmaxps,
-    priced as an add), not with `vmax_f32`'s compare and select (`max`'s 1.5 cycles): a
-    vhmax_f32 ran 5.2 cycles, a vsum_f32 4.7."""
+    min folds its lanes with the ISA's one instruction (`_mm512_reduce_max_ps`: vmaxps),
+    priced as an add: a vhmax_f32 ran 5.2 cycles, a vsum_f32 4.7."""
     innermost = len(kt.slots) - 1
     use = kt.kernel.use(stmt.target)
     elements = ex.mul(transfer_count(kt, use, innermost),

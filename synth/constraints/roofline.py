@@ -36,11 +36,15 @@ def vector_ops(stmt: Statement, compute: Compute) -> Counter[str]:
     """The operations of one point of `stmt`, with a multiply that feeds the accumulation
     fused into it (one FMA, priced as the multiply) where the hardware has FMA."""
     ops = op_classes(stmt.expr)
-    fused = (compute.fused_multiply_add and stmt.op is ReduceOp.ADD
-             and isinstance(stmt.expr, BinOp) and stmt.expr.op == "*")
-    if not fused:
+    if not fused(stmt, compute):
         ops[stmt.op.op_class] += 1
     return ops
+
+
+def fused(stmt: Statement, compute: Compute) -> bool:
+    """Whether `stmt` accumulates a product by FMA (`compute.fused_multiply_add`)."""
+    return (compute.fused_multiply_add and stmt.op is ReduceOp.ADD
+            and isinstance(stmt.expr, BinOp) and stmt.expr.op == "*")
 
 
 def point_ps(stmt: Statement, compute: Compute, lanes: int) -> int:
@@ -84,8 +88,17 @@ def register_bytes(compute: Compute) -> int:
 
 
 def accumulate_ps(stmt: Statement, compute: Compute) -> int:
-    """Picoseconds one accumulator waits between updates (0: not modelled)."""
-    cycles = compute.accumulate_latency.get(stmt.dtype.value, 0.0)
+    """Picoseconds one accumulator waits between updates (0: not modelled): a dependent
+    FMA's latency where a multiply is fused into the update (`vector_ops`), else, for a
+    sum, maximum or minimum, a dependent add's (`add_latency`, which defaults to
+    `accumulate_latency`). On AMD Zen 5 an FMA waits 4 cycles, an add or a max 2: a
+    maximum in one vector accumulator ran at 2.1 cycles per update (RESULTS.md, "Max as
+    one instruction")."""
+    dtype = stmt.dtype.value
+    cycles = compute.accumulate_latency.get(dtype, 0.0)
+    one_op = stmt.op in (ReduceOp.ADD, ReduceOp.MAX, ReduceOp.MIN) and not fused(stmt, compute)
+    if one_op and cycles:
+        cycles = compute.add_latency.get(dtype, cycles)
     return round(cycles * 1e12 / compute.clock_hz)
 
 

@@ -89,18 +89,65 @@ THROUGHPUT(add, ADD)
 THROUGHPUT(mul, MUL)
 THROUGHPUT(max, MAX)
 
-/* The latency of a dependent FMA chain: one accumulator, 8 FMAs per iteration. */
-double synth_cal_fma_latency(int64_t n) {
-    vf32 a0 = vsplat_f32(1.0f), m = vsplat_f32(0.999999f), c = vsplat_f32(1e-7f);
-    KEEP(m); KEEP(c);
+/* The latency of a dependent chain of one operation (an accumulator's updates): one
+ * accumulator, 8 operations per iteration. */
+#define LATENCY(NAME, OP)                                                                   \
+    double synth_cal_##NAME##_latency(int64_t n) {                                          \
+        vf32 a0 = vsplat_f32(1.0f), m = vsplat_f32(0.999999f), c = vsplat_f32(1e-7f);      \
+        KEEP(m); KEEP(c);                                                                   \
+        double t = now();                                                                   \
+        for (int64_t i = 0; i < n; i++) {                                                   \
+            a0 = OP(a0); KEEP(a0); a0 = OP(a0); KEEP(a0); a0 = OP(a0); KEEP(a0);            \
+            a0 = OP(a0); KEEP(a0); a0 = OP(a0); KEEP(a0); a0 = OP(a0); KEEP(a0);            \
+            a0 = OP(a0); KEEP(a0); a0 = OP(a0); KEEP(a0);                                   \
+        }                                                                                   \
+        t = now() - t;                                                                      \
+        USE(a0);                                                                            \
+        return t;                                                                           \
+    }
+
+LATENCY(fma, FMA)
+LATENCY(add, ADD)
+LATENCY(max, MAX)
+
+/* The fold of a vector's lanes into one (`vsum_f32`: log2(lanes) shuffles and adds) where
+ * the emitted code folds: after each vector of exps of a softmax-like row, as a kernel with
+ * a one-vector register tile of the sum does. synth_cal_exp_sum keeps the sum in a vector
+ * accumulator, synth_cal_exp_fold folds every vector into a scalar: the difference is
+ * what a fold costs beside the work around it (on AMD Zen 5, 8.3 cycles, where 8
+ * independent folds alone ran 2.6 each: the exps' long chains leave the out-of-order
+ * core no room to hide the fold's). One vector per iteration, from a 16 KiB buffer in L1,
+ * each exp stored back as the kernel stores e. */
+#define FOLD_VECTORS 256
+static float fold_in[FOLD_VECTORS * SYNTH_W], fold_out[FOLD_VECTORS * SYNTH_W];
+
+double synth_cal_exp_sum(int64_t n) {
+    for (int i = 0; i < FOLD_VECTORS * SYNTH_W; i++) fold_in[i] = (float)(i % 97) * 0.01f - 0.5f;
+    vf32 a = vsplat_f32(0.0f);
     double t = now();
     for (int64_t i = 0; i < n; i++) {
-#define STEP a0 = FMA(a0); KEEP(a0);
-        STEP STEP STEP STEP STEP STEP STEP STEP
-#undef STEP
+        int64_t at = (i % FOLD_VECTORS) * SYNTH_W;
+        vf32 e = vexp_f32(vload_f32(&fold_in[at]));
+        vstore_f32(&fold_out[at], e);
+        a = a + e;
     }
     t = now() - t;
-    USE(a0);
+    USE(a);
+    return t;
+}
+
+double synth_cal_exp_fold(int64_t n) {
+    for (int i = 0; i < FOLD_VECTORS * SYNTH_W; i++) fold_in[i] = (float)(i % 97) * 0.01f - 0.5f;
+    float s = 0.0f;
+    double t = now();
+    for (int64_t i = 0; i < n; i++) {
+        int64_t at = (i % FOLD_VECTORS) * SYNTH_W;
+        vf32 e = vexp_f32(vload_f32(&fold_in[at]));
+        vstore_f32(&fold_out[at], e);
+        s = s + vsum_f32(e);
+    }
+    t = now() - t;
+    USE(s);
     return t;
 }
 
