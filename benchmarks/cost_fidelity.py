@@ -1,7 +1,8 @@
 """How well the cpu cost model ranks real runs (issue 11, item 5).
 
-    python benchmarks/cost_fidelity.py [--samples 20] [--problems NAME ...] [--hw cpu]
-                                       [--time-limit S] [--one-thread] [--json]
+    python benchmarks/cost_fidelity.py [--samples 20] [--problems NAME ...]
+                                       [--hw calibrated|cpu|FILE.toml] [--time-limit S]
+                                       [--one-thread] [--json]
 
 For each problem (default: all of PROBLEMS): the model's optimum (CP-SAT), the greedy
 schedule and `--samples` random feasible schedules from the sampler
@@ -21,7 +22,15 @@ Timings are wall-clock: run it on a quiet machine (the load average is printed).
 parallel region on the calling thread, `OMP_THREAD_LIMIT=1`, timed as that thread's CPU
 time, median of at least 7 calls): with a one-core model (`count = "1"`, as `cpu1.toml`)
 the same code the schedule runs, and far less moved by other work on a shared machine.
-`--hw FILE.toml` takes a calibrated model (`synth calibrate`).
+
+The model is this machine's: by default (`--hw calibrated`) the benchmark first runs
+`synth calibrate --hw cpu` (a few seconds) and prices every schedule with the model it
+writes, as a user would (`synth calibrate`, then `--hw FILE.toml`). The built-in `cpu`
+model's numbers were measured on one development machine (an Intel Xeon); the machines
+differ between sessions (an AMD EPYC, Zen 5, on 2026-11-26), and the clock, the
+exp's cycles or the caches' rates of another CPU say nothing about this one's ranking.
+`--hw cpu` or `--hw FILE.toml` takes that model instead. With `--one-thread` the model's
+cores are set to one (`--hw-set core.count=1`): one thread's work is what is timed.
 
 Each schedule is first timed alone, as above; then every schedule of a problem is timed
 again in one child process, `--rounds` rounds (default 15) each calling every schedule
@@ -214,7 +223,7 @@ def run_problem(name: str, hw_ref: str, samples: int, time_limit_s: float,
     workload_ref, sizes = PROBLEMS[name]
     start = time.perf_counter()
     workload = load_workload(workload_ref, dict(sizes))
-    hw = load_hardware(hw_ref)
+    hw = hardware(hw_ref, one_thread)
     model = pipeline.encode(workload, hw)
     found, solve_s = schedules(model, samples, time_limit_s)
     data = reference_data(workload)
@@ -248,6 +257,31 @@ def run_problem(name: str, hw_ref: str, samples: int, time_limit_s: float,
                     print(f"  {name}: {p.source}: interleaved {p.measured_s * 1e3:.3f} ms",
                           file=log, flush=True)
     return Problem(name, workload.sizes, tuple(points), solve_s, time.perf_counter() - start)
+
+
+def hardware(hw_ref: str, one_thread: bool) -> Any:
+    """The model `hw_ref`, with one core where one thread is timed."""
+    plain = load_hardware(hw_ref)
+    if not one_thread or len(plain.levels) < 2:
+        return plain
+    return load_hardware(hw_ref, (f"{plain.levels[1].name}.count=1",))
+
+
+def calibrated(directory: Path, log: Any) -> str:
+    """`synth calibrate --hw cpu --out DIRECTORY/calibrated.toml`: this machine's model."""
+    from synth.calibrate import calibrate, shuffle_cycles
+
+    out = directory / "calibrated.toml"
+    cal = calibrate("cpu", str(out))
+    print(f"calibrated {cal.cpu} in {cal.seconds:.1f} s (load average {cal.load[0]:.2f}): "
+          f"clock {cal.clock_hz / 1e9:.2f} GHz, exp {cal.cycles['exp']:.1f} cycles/vector, "
+          f"FMA latency {cal.latency_cycles['fma']:.1f}, add {cal.latency_cycles['add']:.1f}, "
+          f"fold {cal.fold_cycles:.1f} (shuffle {shuffle_cycles(cal):.2f}); L2, L3, DRAM "
+          f"reads {cal.bandwidth['L2']:.1f}, {cal.bandwidth['L3']:.1f}, "
+          f"{cal.bandwidth['DRAM']:.1f} B/cycle", file=log, flush=True)
+    for note in cal.notes:
+        print(f"warning: {note}", file=log, flush=True)
+    return str(out)
 
 
 def print_tables(problems: list[Problem]) -> None:
@@ -301,7 +335,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--problems", nargs="+", choices=sorted(PROBLEMS),
                         default=list(PROBLEMS), metavar="NAME",
                         help=f"problems to run (default all: {', '.join(PROBLEMS)})")
-    parser.add_argument("--hw", default="cpu", help="hardware model (default cpu)")
+    parser.add_argument("--hw", default="calibrated",
+                        help="hardware model: calibrated (default: `synth calibrate` this "
+                             "machine first), cpu, or a .toml file")
     parser.add_argument("--time-limit", type=float, default=60.0,
                         help="solver time limit per problem, seconds (default 60)")
     parser.add_argument("--one-thread", action="store_true",
@@ -319,9 +355,11 @@ def main(argv: list[str] | None = None) -> int:
     about = machine()
     print(f"cost fidelity on {args.hw}: {about['cpu']}, {about['cpus']} CPUs, load average "
           f"{' '.join(map(str, about['load_average']))}, {about['date']}", file=sys.stderr)
-    problems = [run_problem(name, args.hw, args.samples, args.time_limit, sys.stderr,
-                            args.one_thread, args.rounds)
-                for name in args.problems]
+    with tempfile.TemporaryDirectory(prefix="cost-fidelity-model-") as tmp:
+        hw_ref = calibrated(Path(tmp), sys.stderr) if args.hw == "calibrated" else args.hw
+        problems = [run_problem(name, hw_ref, args.samples, args.time_limit, sys.stderr,
+                                args.one_thread, args.rounds)
+                    for name in args.problems]
     if args.json:
         print(json.dumps({"hardware": args.hw, "samples": args.samples, "machine": about,
                           "one_thread": args.one_thread, "rounds": args.rounds,

@@ -17,6 +17,8 @@ median. What is measured, and where it goes in the model (docs/hardware.md, "Cal
 - the fold of a vector's lanes into one (`vsum_f32`: log2(lanes) shuffles and adds) after
   each vector of exps, less the same loop summing in a vector -> `compute.shuffle_cycles.f32`
   when the base model has the key: the fold's cycles per step less an add's;
+- the ISA's gather of a vector whose lanes lie on separate lines in L1 (`vgather_f32`),
+  8 independent ones -> `compute.gather_cycles.f32`;
 - read bandwidth (bytes per cycle) and load-to-use latency (a pointer chase over cache
   lines in random order) of buffers held in L1, L2, L3 and DRAM -> each memory's
   `bandwidth` and `latency`, which describe transfers *from its parent* (l1's are L2's
@@ -69,13 +71,14 @@ CLOCK_STEPS = 16  # dependent adds per iteration of synth_cal_clock
 LATENCY_STEPS = 8  # dependent operations per iteration of synth_cal_OP_latency
 LATENCIES = ("fma", "add", "max")  # the chains measured (synth_cal_OP_latency)
 FOLD_LOOPS = ("exp_sum", "exp_fold")  # a vector of exps per iteration, summed or folded
+GATHERS = 8  # gathers per iteration of synth_cal_gather
 LINE = 64  # bytes: the pointer chase visits one cache line per step
 BUSY_LOAD = 0.5  # a 1-minute load average at or above this: the machine is busy
 LEVELS = ("L1d", "L2", "L3", "DRAM")
 # fallbacks when sysfs does not say (the cpu model's fallbacks)
 FALLBACK_CACHE = {"L1d": 32 << 10, "L2": 512 << 10, "L3": 32 << 20}
 # what `measure` tells its `step` callback, one call per measurement (the progress bar's total)
-STEPS = 2 + len(OPS) + 1 + 1 + 1 + 2 * len(LEVELS) + 1
+STEPS = 2 + len(OPS) + 1 + 1 + 1 + 1 + 2 * len(LEVELS) + 1
 
 
 class CalibrationError(SynthError):
@@ -113,6 +116,7 @@ class Calibration:
     cycles: Mapping[str, float]  # f32 op -> cycles per vector instruction (throughput)
     latency_cycles: Mapping[str, float]  # fma, add, max -> cycles each in a dependent chain
     fold_cycles: float  # cycles a fold of one vector's lanes adds after a vector of exps
+    gather_cycles: float  # cycles per vector gathered from separate lines in L1
     bandwidth: Mapping[str, float]  # level -> bytes per cycle (DRAM: all cores)
     latency: Mapping[str, float]  # level -> cycles from load to use
     sizes: Mapping[str, int]  # level -> bytes of the buffer measured
@@ -170,7 +174,7 @@ def build(vector_bytes: int, directory: Path) -> ctypes.CDLL:
             raise CalibrationError(f"building {SOURCE} failed:\n{proc.stderr[-2000:]}")
     lib = ctypes.CDLL(str(library))
     timed_loops = ("clock", *(f"{op}_latency" for op in LATENCIES),
-                   *FOLD_LOOPS, *OPS)
+                   *FOLD_LOOPS, "gather", *OPS)
     for name in timed_loops:
         getattr(lib, f"synth_cal_{name}").argtypes = [ctypes.c_int64]
     for name in ("region", "barrier", "fma_parallel"):
@@ -264,6 +268,8 @@ def measure(hw: Hardware, settings: Settings = Settings(), step: Step | None = N
         summed, folded = (timed(getattr(lib, f"synth_cal_{name}"), settings) * clock_hz
                           for name in FOLD_LOOPS)
         folds = max(folded - summed, 0.0)
+        tell("gathers")
+        gathers = timed(lib.synth_cal_gather, settings) * clock_hz / GATHERS
         cpus = usable_cpus()
         tell("usable cores")
         usable = usable_cores(lib, settings, cpus, cycles["fma"], clock_hz)
@@ -277,7 +283,7 @@ def measure(hw: Hardware, settings: Settings = Settings(), step: Step | None = N
                      f"slower than a quiet machine's; calibrate again when it is idle")
     return Calibration(cpu_name(), datetime.datetime.now(datetime.UTC).isoformat(
         timespec="seconds"), (load[0], load[1], load[2]), cpus, vb, clock_hz, cycles,
-        latencies, folds, bandwidth, latency, sizes, region_s, barrier_s, usable,
+        latencies, folds, gathers, bandwidth, latency, sizes, region_s, barrier_s, usable,
         time.perf_counter() - started, tuple(notes))
 
 
@@ -383,6 +389,9 @@ def substitute(tree: dict[str, Any], cal: Calibration) -> list[str]:
             adds = table.setdefault("add_latency", {})
             put(adds, "f32", round(max(cal.latency_cycles["add"], cal.latency_cycles["max"]), 2),
                 f"{unit}.add_latency.f32")
+        if unit == "compute" and table.get("vector_tiles"):
+            put(table.setdefault("gather_cycles", {}), "f32", round(cal.gather_cycles, 2),
+                f"{unit}.gather_cycles.f32")
         shuffles = table.get("shuffle_cycles")
         if isinstance(shuffles, dict) and "f32" in shuffles:
             put(shuffles, "f32", round(shuffle_cycles(cal), 2), f"{unit}.shuffle_cycles.f32")
@@ -461,7 +470,8 @@ def header(base: str, cal: Calibration, done: list[str]) -> str:
              f"latency {cal.latency_cycles['fma']:.2f} cycles; add latency "
              f"{cal.latency_cycles['add']:.2f}, max {cal.latency_cycles['max']:.2f}",
              f"a fold of a vector's lanes after its exps: {cal.fold_cycles:.2f} cycles "
-             f"(a shuffle step {shuffle_cycles(cal):.2f})",
+             f"(a shuffle step {shuffle_cycles(cal):.2f}); a gather {cal.gather_cycles:.2f} "
+             f"cycles",
              "read bandwidth (B/cycle; DRAM with every usable core) and latency (cycles):",
              *(f"  {level}: {cal.bandwidth[level]:.2f} B/cycle, {cal.latency[level]:.0f} "
                f"cycles ({cal.sizes[level] >> 10} KiB buffer)" for level in LEVELS),

@@ -188,6 +188,10 @@ class Compute:
     # instruction of fewer lanes than the dtype's `lanes` costs its cycles x
     # max(lanes used, these) / `lanes` (absent: the same cycles at every width)
     divider_lanes: Mapping[str, int] = field(default_factory=dict)
+    # dtype -> cycles per vector the ISA's gather fills, its lanes from separate lines in
+    # L1 (a register tile read along a dimension other than the tensor's last); absent:
+    # each lane costs a register's bytes at the register memory's rate
+    gather_cycles: Mapping[str, float] = field(default_factory=dict)
     # dtype -> cycles per cross-lane shuffle of a fold (the pairwise folds of a vector's
     # lanes, `fold_cost`), which one port executes (absent: a `mov`'s cycles)
     shuffle_cycles: Mapping[str, float] = field(default_factory=dict)

@@ -887,7 +887,9 @@ def element_bytes(kt: KernelTerms, workload: Workload, use: TensorUse, mem: Memo
     where a tensor without the kernel's vector dimension takes a whole register per
     element, each loaded and broadcast on its own, and one indexed by the vector
     dimension elsewhere than last is stored in vectors along it but gathered into them
-    element by element, a load each (the emitter's copy)."""
+    element by element, a load each (the emitter's copy), or, read with the ISA's gather
+    and the model saying what a gather costs (`gather_cycles`), as many bytes as the
+    registers move in its share of that time (`gathered_bytes`)."""
     itemsize = workload.tensors[use.tensor].dtype.itemsize
     if (not kt.hw.compute.vector_tiles or mem.name != kt.hw.memories[-1].name
             or not use.indices):
@@ -900,8 +902,27 @@ def element_bytes(kt: KernelTerms, workload: Workload, use: TensorUse, mem: Memo
         return register
     if moving and use.indices[-1] != vector:
         from synth.constraints.transfers import packed_operand  # builds on this module
-        return itemsize if packed_operand(kt, use) else register
+        return itemsize if packed_operand(kt, use) else gathered_bytes(kt, workload, use, mem,
+                                                                         register)
     return itemsize
+
+
+def gathered_bytes(kt: KernelTerms, workload: Workload, use: TensorUse, mem: Memory,
+                   register: int) -> int:
+    """Bytes an element of `use`, gathered into the registers `mem` a vector at a time,
+    costs at `mem`'s rate: the gather's cycles (`compute.gather_cycles`) over its lanes,
+    in bytes `mem` moves in that time; `register` (a register per element) where the
+    model does not say, or where the kernel writes the tensor so (lane by lane, not with
+    the gather). On AMD Zen 5 a gather of 16 f32 lanes from separate L1 lines takes 21-24
+    cycles (RESULTS.md, "Max as one instruction"), 1.5 cycles a lane, where a register
+    per lane at the registers' 63 B/cycle priced one."""
+    dtype = workload.tensors[use.tensor].dtype.value
+    cycles = kt.hw.compute.gather_cycles.get(dtype)
+    if cycles is None or use.written or mem.ps_per_byte <= 0:
+        return register
+    lanes = kt.hw.compute.lanes.get(dtype, 1)
+    ps = cycles / lanes * 1e12 / kt.hw.compute.clock_hz
+    return max(1, round(ps / mem.ps_per_byte))
 
 
 def warm(workload: Workload, mem: Memory) -> bool:

@@ -248,10 +248,11 @@ def walked_moves(kt: KernelTerms, use: TensorUse, mem: Memory, slot: int, inner:
     tile at 1.2 ms; so did pricing the L1 tile's own lines there when it is narrower
     than a line, as the next columns find them still in the L1.) One select on the
     tile's rows: CP-SAT's time on layernorm and the other built-ins was unchanged."""
-    fresh = tensor_transfer_cost(kt, use, scattered(kt, use, mem), inner, itemsize)
+    line = itemsize if use.written else max(mem.rules.multiple, itemsize)
+    fresh = tensor_transfer_cost(kt, use, scattered(kt, use, mem), inner, line)
     few = ex.Cmp(kt.tile(vector, slot), "<=", ex.const(width))
     return ex.select(few, fresh, tensor_transfer_cost(
-        kt, use, unprefetched(kt, mem, scattered(kt, use, mem)), inner, itemsize))
+        kt, use, unprefetched(kt, mem, scattered(kt, use, mem)), inner, line))
 
 
 def unprefetched(kt: KernelTerms, mem: Memory, rates: Memory) -> Memory:
