@@ -18,7 +18,11 @@ median. What is measured, and where it goes in the model (docs/hardware.md, "Cal
   each vector of exps, less the same loop summing in a vector -> `compute.shuffle_cycles.f32`
   when the base model has the key: the fold's cycles per step less an add's;
 - the ISA's gather of a vector whose lanes lie on separate lines in L1 (`vgather_f32`),
-  8 independent ones -> `compute.gather_cycles.f32`;
+  8 independent ones -> `compute.gather_cycles.f32`; a broadcasting load (`vsplat_f32` of
+  an element in L1), 12 independent ones -> `compute.broadcast_cycles.f32`;
+- a GEMM register tile's loop (8 broadcasts, a vector load and 8 FMAs per iteration):
+  the share of its loads' time (the broadcasts' and the L1 read's) that its FMAs do not
+  hide -> the registers' `exposed` when the base model has the key (`exposed_share`);
 - read bandwidth (bytes per cycle) and load-to-use latency (a pointer chase over cache
   lines in random order) of buffers held in L1, L2, L3 and DRAM -> each memory's
   `bandwidth` and `latency`, which describe transfers *from its parent* (l1's are L2's
@@ -72,13 +76,15 @@ LATENCY_STEPS = 8  # dependent operations per iteration of synth_cal_OP_latency
 LATENCIES = ("fma", "add", "max")  # the chains measured (synth_cal_OP_latency)
 FOLD_LOOPS = ("exp_sum", "exp_fold")  # a vector of exps per iteration, summed or folded
 GATHERS = 8  # gathers per iteration of synth_cal_gather
+BROADCASTS = 12  # broadcasting loads per iteration of synth_cal_broadcast
+TILE_ROWS = 8  # broadcasts and FMAs per iteration of synth_cal_microkernel (one load)
 LINE = 64  # bytes: the pointer chase visits one cache line per step
 BUSY_LOAD = 0.5  # a 1-minute load average at or above this: the machine is busy
 LEVELS = ("L1d", "L2", "L3", "DRAM")
 # fallbacks when sysfs does not say (the cpu model's fallbacks)
 FALLBACK_CACHE = {"L1d": 32 << 10, "L2": 512 << 10, "L3": 32 << 20}
 # what `measure` tells its `step` callback, one call per measurement (the progress bar's total)
-STEPS = 2 + len(OPS) + 1 + 1 + 1 + 1 + 2 * len(LEVELS) + 1
+STEPS = 2 + len(OPS) + 1 + 1 + 1 + 1 + 1 + 1 + 2 * len(LEVELS) + 1
 
 
 class CalibrationError(SynthError):
@@ -117,6 +123,8 @@ class Calibration:
     latency_cycles: Mapping[str, float]  # fma, add, max -> cycles each in a dependent chain
     fold_cycles: float  # cycles a fold of one vector's lanes adds after a vector of exps
     gather_cycles: float  # cycles per vector gathered from separate lines in L1
+    broadcast_cycles: float  # cycles per broadcasting load of an element in L1
+    microkernel_cycles: float  # cycles per iteration of the GEMM register tile's loop
     bandwidth: Mapping[str, float]  # level -> bytes per cycle (DRAM: all cores)
     latency: Mapping[str, float]  # level -> cycles from load to use
     sizes: Mapping[str, int]  # level -> bytes of the buffer measured
@@ -174,7 +182,7 @@ def build(vector_bytes: int, directory: Path) -> ctypes.CDLL:
             raise CalibrationError(f"building {SOURCE} failed:\n{proc.stderr[-2000:]}")
     lib = ctypes.CDLL(str(library))
     timed_loops = ("clock", *(f"{op}_latency" for op in LATENCIES),
-                   *FOLD_LOOPS, "gather", *OPS)
+                   *FOLD_LOOPS, "gather", "broadcast", "microkernel", *OPS)
     for name in timed_loops:
         getattr(lib, f"synth_cal_{name}").argtypes = [ctypes.c_int64]
     for name in ("region", "barrier", "fma_parallel"):
@@ -270,6 +278,10 @@ def measure(hw: Hardware, settings: Settings = Settings(), step: Step | None = N
         folds = max(folded - summed, 0.0)
         tell("gathers")
         gathers = timed(lib.synth_cal_gather, settings) * clock_hz / GATHERS
+        tell("broadcasts")
+        broadcasts = timed(lib.synth_cal_broadcast, settings) * clock_hz / BROADCASTS
+        tell("a GEMM register tile")
+        microkernel = timed(lib.synth_cal_microkernel, settings) * clock_hz
         cpus = usable_cpus()
         tell("usable cores")
         usable = usable_cores(lib, settings, cpus, cycles["fma"], clock_hz)
@@ -283,7 +295,9 @@ def measure(hw: Hardware, settings: Settings = Settings(), step: Step | None = N
                      f"slower than a quiet machine's; calibrate again when it is idle")
     return Calibration(cpu_name(), datetime.datetime.now(datetime.UTC).isoformat(
         timespec="seconds"), (load[0], load[1], load[2]), cpus, vb, clock_hz, cycles,
-        latencies, folds, gathers, bandwidth, latency, sizes, region_s, barrier_s, usable,
+        latencies, folds, gathers, broadcasts, microkernel,
+        bandwidth, latency, sizes, region_s, barrier_s,
+        usable,
         time.perf_counter() - started, tuple(notes))
 
 
@@ -392,6 +406,8 @@ def substitute(tree: dict[str, Any], cal: Calibration) -> list[str]:
         if unit == "compute" and table.get("vector_tiles"):
             put(table.setdefault("gather_cycles", {}), "f32", round(cal.gather_cycles, 2),
                 f"{unit}.gather_cycles.f32")
+            put(table.setdefault("broadcast_cycles", {}), "f32",
+                round(cal.broadcast_cycles, 2), f"{unit}.broadcast_cycles.f32")
         shuffles = table.get("shuffle_cycles")
         if isinstance(shuffles, dict) and "f32" in shuffles:
             put(shuffles, "f32", round(shuffle_cycles(cal), 2), f"{unit}.shuffle_cycles.f32")
@@ -404,6 +420,9 @@ def substitute(tree: dict[str, Any], cal: Calibration) -> list[str]:
         if "bandwidth" in memory:
             put(memory, "bandwidth", f"{cal.bandwidth[parent]:.2f}B/cycle",
                 f"{name}.bandwidth ({parent} reads)")
+        if "exposed" in memory:
+            put(memory, "exposed", round(exposed_share(cal), 2),
+                f"{name}.exposed (a GEMM register tile's loads its FMAs do not hide)")
         if ("latency" in memory and not _zero_time(memory["latency"])
                 and not memory.get("overlap")):  # overlapped with compute: hidden
             put(memory, "latency", f"{cal.latency[parent]:.0f}cycles",
@@ -433,6 +452,17 @@ def shuffle_cycles(cal: Calibration) -> float:
         return 0.1
     add = cal.cycles["add"]
     return max(0.1, (cal.fold_cycles - add) / steps - add)
+
+
+def exposed_share(cal: Calibration) -> float:
+    """The share of a register tile's loads its FMAs do not hide (the registers' `exposed`:
+    `cpu_compute.exposed_cost` prices a kernel at compute + exposed x its register moves):
+    the microkernel's cycles less its FMAs', over its loads' (8 broadcasts and a vector
+    read from L1 at the L1's bandwidth), between 0.05 and 1. On AMD Zen 5 it ran 4.7
+    cycles per 8 FMAs of 4 cycles and loads of 5: 0.14 (0.7 was fitted on the Xeon)."""
+    fmas = TILE_ROWS * cal.cycles["fma"]
+    loads = TILE_ROWS * cal.broadcast_cycles + cal.vector_bytes / cal.bandwidth["L1d"]
+    return min(1.0, max(0.05, (cal.microkernel_cycles - fmas) / loads))
 
 
 def _zero_time(value: Any) -> bool:
@@ -471,7 +501,9 @@ def header(base: str, cal: Calibration, done: list[str]) -> str:
              f"{cal.latency_cycles['add']:.2f}, max {cal.latency_cycles['max']:.2f}",
              f"a fold of a vector's lanes after its exps: {cal.fold_cycles:.2f} cycles "
              f"(a shuffle step {shuffle_cycles(cal):.2f}); a gather {cal.gather_cycles:.2f} "
-             f"cycles",
+             f"cycles, a broadcasting load {cal.broadcast_cycles:.2f}; a GEMM register tile "
+             f"(8 broadcasts, a load, 8 FMAs) {cal.microkernel_cycles:.2f} cycles: exposed "
+             f"{exposed_share(cal):.2f}",
              "read bandwidth (B/cycle; DRAM with every usable core) and latency (cycles):",
              *(f"  {level}: {cal.bandwidth[level]:.2f} B/cycle, {cal.latency[level]:.0f} "
                f"cycles ({cal.sizes[level] >> 10} KiB buffer)" for level in LEVELS),

@@ -192,6 +192,10 @@ class Compute:
     # L1 (a register tile read along a dimension other than the tensor's last); absent:
     # each lane costs a register's bytes at the register memory's rate
     gather_cycles: Mapping[str, float] = field(default_factory=dict)
+    # dtype -> cycles per element loaded into every lane of a vector (a broadcasting
+    # load: an operand without the kernel's vector dimension); absent: a register's bytes
+    # at the register memory's rate
+    broadcast_cycles: Mapping[str, float] = field(default_factory=dict)
     # dtype -> cycles per cross-lane shuffle of a fold (the pairwise folds of a vector's
     # lanes, `fold_cost`), which one port executes (absent: a `mov`'s cycles)
     shuffle_cycles: Mapping[str, float] = field(default_factory=dict)

@@ -444,6 +444,9 @@ def print_calibration(cal: Calibration, out: str) -> None:
             (f"fold of {cal.vector_bytes // 4} f32 lanes after exps",
              f"{cal.fold_cycles:.2f} cycles"),
             ("f32 gather (lanes on separate L1 lines)", f"{cal.gather_cycles:.2f} cycles/vector"),
+            ("f32 broadcasting load (from L1)", f"{cal.broadcast_cycles:.2f} cycles"),
+            ("GEMM tile loop (8 broadcasts, 1 load, 8 FMAs)",
+             f"{cal.microkernel_cycles:.2f} cycles"),
             *((f"{level} read", f"{cal.bandwidth[level]:.2f} B/cycle, "
                f"{cal.latency[level]:.0f} cycles latency") for level in LEVELS),
             ("OpenMP region", f"{cal.region_s * 1e9:.0f} ns start+join"),

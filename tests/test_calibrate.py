@@ -33,6 +33,7 @@ def fake(**changes: Any) -> Calibration:
         vector_bytes=32, clock_hz=3.0e9,
         cycles={op: 1.5 for op in calibrate.OPS},
         latency_cycles={"fma": 4.0, "add": 2.0, "max": 2.5}, fold_cycles=9.0, gather_cycles=20.0,
+        broadcast_cycles=0.5, microkernel_cycles=14.0,
         bandwidth={"L1d": 64.0, "L2": 32.0, "L3": 16.0, "DRAM": 4.0},
         latency={"L1d": 5.0, "L2": 14.0, "L3": 50.0, "DRAM": 300.0},
         sizes={"L1d": 1 << 14, "L2": 1 << 20, "L3": 1 << 23, "DRAM": 1 << 28},
@@ -53,7 +54,8 @@ def calibrated(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Calibrat
 def test_calibration_measures_every_number(calibrated: tuple[Path, Calibration]) -> None:
     _, cal = calibrated
     numbers = [cal.clock_hz, *cal.cycles.values(), *cal.latency_cycles.values(),
-               cal.fold_cycles, cal.gather_cycles, *cal.bandwidth.values(),
+               cal.fold_cycles, cal.gather_cycles, cal.broadcast_cycles, cal.microkernel_cycles,
+               *cal.bandwidth.values(),
                *cal.latency.values(), cal.region_s, cal.barrier_s]
     assert all(math.isfinite(x) and x > 0 for x in numbers), cal
     assert set(cal.cycles) == set(calibrate.OPS)
@@ -115,6 +117,9 @@ def test_substitute_puts_numbers_where_they_belong() -> None:
     # a fold of 8 lanes: 3 steps of an add (1.5) and a shuffle, and the add joining it
     assert tree["compute"]["shuffle_cycles"]["f32"] == 1.0  # (9 - 1.5) / 3 - 1.5
     assert tree["compute"]["gather_cycles"]["f32"] == 20.0
+    assert tree["compute"]["broadcast_cycles"]["f32"] == 0.5
+    # 14 cycles against 8 FMAs of 1.5 and loads of 8 x 0.5 + 32 B / 64 B/cycle: 0.44
+    assert {m["name"]: m for m in tree["memory"]}["reg"]["exposed"] == 0.44
     assert "gather_cycles" not in tree["host"]  # the host runs scalar code
     memories = {m["name"]: m for m in tree["memory"]}
     # a memory's bandwidth is its parent's reads: l1 is filled from L2, the registers

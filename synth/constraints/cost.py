@@ -887,9 +887,9 @@ def element_bytes(kt: KernelTerms, workload: Workload, use: TensorUse, mem: Memo
     where a tensor without the kernel's vector dimension takes a whole register per
     element, each loaded and broadcast on its own, and one indexed by the vector
     dimension elsewhere than last is stored in vectors along it but gathered into them
-    element by element, a load each (the emitter's copy), or, read with the ISA's gather
-    and the model saying what a gather costs (`gather_cycles`), as many bytes as the
-    registers move in its share of that time (`gathered_bytes`)."""
+    element by element, a load each (the emitter's copy). Moving into the registers, a
+    broadcast or gathered element costs the bytes the registers move in its instruction's
+    time where the model says it (`broadcast_cycles`, `gather_cycles`: `loaded_bytes`)."""
     itemsize = workload.tensors[use.tensor].dtype.itemsize
     if (not kt.hw.compute.vector_tiles or mem.name != kt.hw.memories[-1].name
             or not use.indices):
@@ -899,30 +899,38 @@ def element_bytes(kt: KernelTerms, workload: Workload, use: TensorUse, mem: Memo
     vector = roofline.kernel_vector_dim(kt.kernel.statements)
     register = max(itemsize, roofline.register_bytes(kt.hw.compute))
     if vector not in use.indices:
-        return register
+        return loaded_bytes(kt, workload, use, mem, register, "broadcast") if moving else register
     if moving and use.indices[-1] != vector:
         from synth.constraints.transfers import packed_operand  # builds on this module
-        return itemsize if packed_operand(kt, use) else gathered_bytes(kt, workload, use, mem,
-                                                                         register)
+        return itemsize if packed_operand(kt, use) else loaded_bytes(kt, workload, use, mem,
+                                                                       register, "gather")
     return itemsize
 
 
-def gathered_bytes(kt: KernelTerms, workload: Workload, use: TensorUse, mem: Memory,
-                   register: int) -> int:
-    """Bytes an element of `use`, gathered into the registers `mem` a vector at a time,
-    costs at `mem`'s rate: the gather's cycles (`compute.gather_cycles`) over its lanes,
-    in bytes `mem` moves in that time; `register` (a register per element) where the
-    model does not say, or where the kernel writes the tensor so (lane by lane, not with
-    the gather). On AMD Zen 5 a gather of 16 f32 lanes from separate L1 lines takes 21-24
-    cycles (RESULTS.md, "Max as one instruction"), 1.5 cycles a lane, where a register
-    per lane at the registers' 63 B/cycle priced one."""
+def loaded_bytes(kt: KernelTerms, workload: Workload, use: TensorUse, mem: Memory,
+                 register: int, how: str) -> int:
+    """Bytes an element of `use` costs at `mem`'s rate (the registers) where the emitted
+    code loads it by a broadcast (`how` "broadcast": an operand without the vector
+    dimension, one element into every lane) or by the ISA's gather (a vector's lanes
+    from as many rows): the bytes `mem` moves in the instruction's cycles per element
+    (`compute.broadcast_cycles`, or `compute.gather_cycles` over the lanes); `register`
+    (a whole register per element) where the model does not say, or where the kernel
+    writes the tensor so (lane by lane). On AMD Zen 5 (RESULTS.md, "Max as one
+    instruction") a broadcast takes half a cycle (two load ports), where a register's 64
+    bytes at the registers' 63 B/cycle priced one: a GEMM's [8 x 16] register tiles, 8
+    broadcasts and a load per 8 FMAs, ran 0.69 cycles per FMA and were priced 1.3; a
+    gather of 16 f32 lanes from separate L1 lines takes 20-24 cycles, 1.5 a lane."""
     dtype = workload.tensors[use.tensor].dtype.value
-    cycles = kt.hw.compute.gather_cycles.get(dtype)
-    if cycles is None or use.written or mem.ps_per_byte <= 0:
+    compute = kt.hw.compute
+    if how == "broadcast":
+        cycles = compute.broadcast_cycles.get(dtype)
+    else:
+        gather = compute.gather_cycles.get(dtype)
+        cycles = None if gather is None else gather / compute.lanes.get(dtype, 1)
+    rate = kt.hw.memory(mem.name).ps_per_byte  # the model's own, not an exposed share's
+    if cycles is None or use.written or rate <= 0:
         return register
-    lanes = kt.hw.compute.lanes.get(dtype, 1)
-    ps = cycles / lanes * 1e12 / kt.hw.compute.clock_hz
-    return max(1, round(ps / mem.ps_per_byte))
+    return max(1, round(cycles * 1e12 / compute.clock_hz / rate))
 
 
 def warm(workload: Workload, mem: Memory) -> bool:

@@ -141,6 +141,45 @@ double synth_cal_gather(int64_t n) {
     return t;
 }
 
+/* A broadcasting load (one element into every lane), as a GEMM's register tile loads
+ * its A operand: 12 independent ones per iteration from a 16 KiB buffer in L1. */
+double synth_cal_broadcast(int64_t n) {
+    for (int i = 0; i < GATHER_FLOATS; i++) gather_in[i] = 1.0f;
+    double t = now();
+    for (int64_t i = 0; i < n; i++) {
+        const float *p = &gather_in[(i * 16) % (GATHER_FLOATS - 16)];
+        vf32 b0 = vsplat_f32(p[0]), b1 = vsplat_f32(p[1]), b2 = vsplat_f32(p[2]);
+        vf32 b3 = vsplat_f32(p[3]), b4 = vsplat_f32(p[4]), b5 = vsplat_f32(p[5]);
+        vf32 b6 = vsplat_f32(p[6]), b7 = vsplat_f32(p[7]), b8 = vsplat_f32(p[8]);
+        vf32 b9 = vsplat_f32(p[9]), b10 = vsplat_f32(p[10]), b11 = vsplat_f32(p[11]);
+        USE(b0); USE(b1); USE(b2); USE(b3); USE(b4); USE(b5);
+        USE(b6); USE(b7); USE(b8); USE(b9); USE(b10); USE(b11);
+    }
+    return now() - t;
+}
+
+/* A GEMM's register tile as the emitted code runs it: per iteration, 8 rows of A
+ * broadcast, one vector of B loaded, 8 FMAs into 8 accumulators ([8 x 16] f32 at
+ * AVX-512), the operands streaming through a 16 KiB buffer in L1. Against the FMAs' and
+ * the loads' own times it says how much of the loads the FMAs hide. */
+double synth_cal_microkernel(int64_t n) {
+    for (int i = 0; i < GATHER_FLOATS; i++) gather_in[i] = 1e-3f * (float)(i % 7);
+    vf32 c0 = vsplat_f32(0.0f), c1 = c0, c2 = c0, c3 = c0, c4 = c0, c5 = c0, c6 = c0, c7 = c0;
+    int64_t span = GATHER_FLOATS - 8 - SYNTH_W;
+    double t = now();
+    for (int64_t i = 0; i < n; i++) {
+        const float *a = &gather_in[(i * 8) % span];
+        vf32 b = vload_f32(&gather_in[(i * SYNTH_W) % span]);
+        c0 += vsplat_f32(a[0]) * b; c1 += vsplat_f32(a[1]) * b;
+        c2 += vsplat_f32(a[2]) * b; c3 += vsplat_f32(a[3]) * b;
+        c4 += vsplat_f32(a[4]) * b; c5 += vsplat_f32(a[5]) * b;
+        c6 += vsplat_f32(a[6]) * b; c7 += vsplat_f32(a[7]) * b;
+    }
+    t = now() - t;
+    USE(c0); USE(c1); USE(c2); USE(c3); USE(c4); USE(c5); USE(c6); USE(c7);
+    return t;
+}
+
 #define FOLD_VECTORS 256
 static float fold_in[FOLD_VECTORS * SYNTH_W], fold_out[FOLD_VECTORS * SYNTH_W];
 
