@@ -79,6 +79,11 @@ GATHERS = 8  # gathers per iteration of synth_cal_gather
 BROADCASTS = 12  # broadcasting loads per iteration of synth_cal_broadcast
 TILE_ROWS = 8  # broadcasts and FMAs per iteration of synth_cal_microkernel (one load)
 LINE = 64  # bytes: the pointer chase visits one cache line per step
+# where in a line the read buffers start: 16 bytes in, as NumPy's large arrays (the emitted
+# kernels' tensors) do. Left to the allocator, the L1 buffer started anywhere in a line:
+# its 64-byte loads then read 63 B/cycle when they split two lines and 126 when they did
+# not (AMD Zen 5), and the model's register rate flipped between runs.
+ALIGN = 16
 BUSY_LOAD = 0.5  # a 1-minute load average at or above this: the machine is busy
 LEVELS = ("L1d", "L2", "L3", "DRAM")
 # fallbacks when sysfs does not say (the cpu model's fallbacks)
@@ -332,9 +337,9 @@ def memories(lib: ctypes.CDLL, settings: Settings, clock_hz: float, cores: int, 
         size = sizes[level]
         threads = cores if level == "DRAM" else 1
         tell(f"{level} read bandwidth ({size >> 10} KiB)")
-        buf = np.ones(size // 4, dtype=np.float32)
-        seconds = timed(functools.partial(_read, lib, buf.ctypes.data, size, threads),
-                        settings, 1)
+        buf = np.ones(size // 4 + LINE // 4, dtype=np.float32)
+        start = buf.ctypes.data + (ALIGN - buf.ctypes.data) % LINE
+        seconds = timed(functools.partial(_read, lib, start, size, threads), settings, 1)
         bandwidth[level] = size / seconds / clock_hz
         del buf
         tell(f"{level} latency")

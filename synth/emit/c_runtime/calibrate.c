@@ -121,7 +121,7 @@ LATENCY(max, MAX)
 /* The ISA's gather as vgather_f32 does it: lanes 33 floats apart (each from its own line),
  * from a 16 KiB buffer in L1, 8 independent gathers per iteration, each summed. */
 #define GATHER_FLOATS 4096
-static float gather_in[GATHER_FLOATS];
+static float gather_in[GATHER_FLOATS] __attribute__((aligned(64)));
 
 double synth_cal_gather(int64_t n) {
     for (int i = 0; i < GATHER_FLOATS; i++) gather_in[i] = 1.0f;
@@ -181,7 +181,8 @@ double synth_cal_microkernel(int64_t n) {
 }
 
 #define FOLD_VECTORS 256
-static float fold_in[FOLD_VECTORS * SYNTH_W], fold_out[FOLD_VECTORS * SYNTH_W];
+static float fold_in[FOLD_VECTORS * SYNTH_W] __attribute__((aligned(64)));
+static float fold_out[FOLD_VECTORS * SYNTH_W] __attribute__((aligned(64)));
 
 double synth_cal_exp_sum(int64_t n) {
     for (int i = 0; i < FOLD_VECTORS * SYNTH_W; i++) fold_in[i] = (float)(i % 97) * 0.01f - 0.5f;
