@@ -269,15 +269,17 @@ def hardware(hw_ref: str, one_thread: bool) -> Any:
 
 def calibrated(directory: Path, log: Any) -> str:
     """`synth calibrate --hw cpu --out DIRECTORY/calibrated.toml`: this machine's model."""
-    from synth.calibrate import calibrate, shuffle_cycles
+    from synth.calibrate import calibrate, exposed_share, shuffle_cycles
 
     out = directory / "calibrated.toml"
     cal = calibrate("cpu", str(out))
     print(f"calibrated {cal.cpu} in {cal.seconds:.1f} s (load average {cal.load[0]:.2f}): "
           f"clock {cal.clock_hz / 1e9:.2f} GHz, exp {cal.cycles['exp']:.1f} cycles/vector, "
           f"FMA latency {cal.latency_cycles['fma']:.1f}, add {cal.latency_cycles['add']:.1f}, "
-          f"fold {cal.fold_cycles:.1f} (shuffle {shuffle_cycles(cal):.2f}); L2, L3, DRAM "
-          f"reads {cal.bandwidth['L2']:.1f}, {cal.bandwidth['L3']:.1f}, "
+          f"fold {cal.fold_cycles:.1f} (shuffle {shuffle_cycles(cal):.2f}), gather "
+          f"{cal.gather_cycles:.1f}, broadcast {cal.broadcast_cycles:.2f}, registers' exposed "
+          f"share {exposed_share(cal):.2f}; L1, L2, L3, DRAM reads {cal.bandwidth['L1d']:.1f}, "
+          f"{cal.bandwidth['L2']:.1f}, {cal.bandwidth['L3']:.1f}, "
           f"{cal.bandwidth['DRAM']:.1f} B/cycle", file=log, flush=True)
     for note in cal.notes:
         print(f"warning: {note}", file=log, flush=True)
