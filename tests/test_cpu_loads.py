@@ -8,20 +8,11 @@ instruction"). Relations only, deterministic solver limits."""
 from __future__ import annotations
 
 from conftest import solved_on_cpu
+from test_cpu_model import MATMUL
 
 from synth.constraints.cost import evaluate_cost
 from synth.hwfile import load_hardware
 from synth.pipeline import encode
-
-GEMM = """
-size M = 64
-size N = 64
-size K = 64
-in  A : f32[M, K]
-in  B : f32[K, N]
-out C : f32[M, N]
-C[m, n] += A[m, k] * B[k, n]
-"""
 
 ROW_SUM = """
 size S = 64
@@ -44,9 +35,9 @@ def test_a_broadcast_costs_its_cycles_not_a_registers_bytes() -> None:
     half a cycle each they cost less than a 64-byte register each at the registers' rate
     (88 B/cycle in `cpu`), at 2 cycles more; B's vector loads are unchanged."""
     tile = ("V.C.m=4", "V.C.n=16", "V.C.k=1", "P=1")
-    plain = register_moves(GEMM, (), tile)
-    cheap = register_moves(GEMM, ("compute.broadcast_cycles.f32=0.5",), tile)
-    dear = register_moves(GEMM, ("compute.broadcast_cycles.f32=2",), tile)
+    plain = register_moves(MATMUL, (), tile)
+    cheap = register_moves(MATMUL, ("compute.broadcast_cycles.f32=0.5",), tile)
+    dear = register_moves(MATMUL, ("compute.broadcast_cycles.f32=2",), tile)
     assert cheap < plain < dear
 
 
