@@ -274,19 +274,21 @@ def measure(hw: Hardware, settings: Settings = Settings(), step: Step | None = N
             per = THROUGHPUT_CHAINS if op in ("add", "mul", "max", "fma") else ROUTINE_CALLS
             cycles[op] = timed(getattr(lib, f"synth_cal_{op}"), settings) * clock_hz / per
         clock_hz = max(clock_hz, clock(lib, settings))  # again: see `clock`
+
+        def cycles_of(name: str, per: int = 1) -> float:
+            """Cycles per `per`th of one iteration of synth_cal_NAME's loop."""
+            return timed(getattr(lib, f"synth_cal_{name}"), settings) * clock_hz / per
+
         tell("FMA, add and max latency")
-        latencies = {op: timed(getattr(lib, f"synth_cal_{op}_latency"), settings) * clock_hz
-                     / LATENCY_STEPS for op in LATENCIES}
+        latencies = {op: cycles_of(f"{op}_latency", LATENCY_STEPS) for op in LATENCIES}
         tell("a fold of a vector's lanes")
-        summed, folded = (timed(getattr(lib, f"synth_cal_{name}"), settings) * clock_hz
-                          for name in FOLD_LOOPS)
-        folds = max(folded - summed, 0.0)
+        summed, folded = (cycles_of(name) for name in FOLD_LOOPS)
         tell("gathers")
-        gathers = timed(lib.synth_cal_gather, settings) * clock_hz / GATHERS
+        gathers = cycles_of("gather", GATHERS)
         tell("broadcasts")
-        broadcasts = timed(lib.synth_cal_broadcast, settings) * clock_hz / BROADCASTS
+        broadcasts = cycles_of("broadcast", BROADCASTS)
         tell("a GEMM register tile")
-        microkernel = timed(lib.synth_cal_microkernel, settings) * clock_hz
+        microkernel = cycles_of("microkernel")
         cpus = usable_cpus()
         tell("usable cores")
         usable = usable_cores(lib, settings, cpus, cycles["fma"], clock_hz)
@@ -298,12 +300,14 @@ def measure(hw: Hardware, settings: Settings = Settings(), step: Step | None = N
     if load[0] >= BUSY_LOAD:
         notes.append(f"the machine was busy (load average {load[0]:.2f}): the numbers are "
                      f"slower than a quiet machine's; calibrate again when it is idle")
-    return Calibration(cpu_name(), datetime.datetime.now(datetime.UTC).isoformat(
-        timespec="seconds"), (load[0], load[1], load[2]), cpus, vb, clock_hz, cycles,
-        latencies, folds, gathers, broadcasts, microkernel,
-        bandwidth, latency, sizes, region_s, barrier_s,
-        usable,
-        time.perf_counter() - started, tuple(notes))
+    return Calibration(
+        cpu=cpu_name(), when=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        load=(load[0], load[1], load[2]), cpus=cpus, vector_bytes=vb, clock_hz=clock_hz,
+        cycles=cycles, latency_cycles=latencies, fold_cycles=max(folded - summed, 0.0),
+        gather_cycles=gathers, broadcast_cycles=broadcasts, microkernel_cycles=microkernel,
+        bandwidth=bandwidth, latency=latency, sizes=sizes, region_s=region_s,
+        barrier_s=barrier_s, usable_cores=usable, seconds=time.perf_counter() - started,
+        notes=tuple(notes))
 
 
 def clock(lib: ctypes.CDLL, settings: Settings) -> float:
