@@ -32,7 +32,8 @@ def fake(**changes: Any) -> Calibration:
         cpu="Test CPU", when="2026-01-01T00:00:00+00:00", load=(0.1, 0.2, 0.3), cpus=2,
         vector_bytes=32, clock_hz=3.0e9,
         cycles={op: 1.5 for op in calibrate.OPS},
-        latency_cycles={"fma": 4.0, "add": 2.0, "max": 2.5}, fold_cycles=9.0, gather_cycles=20.0,
+        latency_cycles={"fma": 4.0, "add": 2.0, "max": 2.5},
+        exp_sum_cycles=14.0, exp_fold_cycles=23.0, gather_cycles=20.0,
         broadcast_cycles=0.5, microkernel_cycles=14.0,
         bandwidth={"L1d": 64.0, "L2": 32.0, "L3": 16.0, "DRAM": 4.0},
         latency={"L1d": 5.0, "L2": 14.0, "L3": 50.0, "DRAM": 300.0},
@@ -54,7 +55,8 @@ def calibrated(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Calibrat
 def test_calibration_measures_every_number(calibrated: tuple[Path, Calibration]) -> None:
     _, cal = calibrated
     numbers = [cal.clock_hz, *cal.cycles.values(), *cal.latency_cycles.values(),
-               cal.fold_cycles, cal.gather_cycles, cal.broadcast_cycles, cal.microkernel_cycles,
+               cal.exp_sum_cycles, cal.exp_fold_cycles, cal.gather_cycles, cal.broadcast_cycles,
+               cal.microkernel_cycles,
                *cal.bandwidth.values(),
                *cal.latency.values(), cal.region_s, cal.barrier_s]
     assert all(math.isfinite(x) and x > 0 for x in numbers), cal

@@ -898,39 +898,38 @@ def element_bytes(kt: KernelTerms, workload: Workload, use: TensorUse, mem: Memo
         return itemsize
     vector = roofline.kernel_vector_dim(kt.kernel.statements)
     register = max(itemsize, roofline.register_bytes(kt.hw.compute))
+    compute, dtype = kt.hw.compute, workload.tensors[use.tensor].dtype.value
     if vector not in use.indices:
-        return loaded_bytes(kt, workload, use, mem, register, "broadcast") if moving else register
+        if not moving:
+            return register
+        return loaded_bytes(kt, use, mem, register, compute.broadcast_cycles.get(dtype))
     if moving and use.indices[-1] != vector:
         from synth.constraints.transfers import packed_operand  # builds on this module
-        return itemsize if packed_operand(kt, use) else loaded_bytes(kt, workload, use, mem,
-                                                                       register, "gather")
+        if packed_operand(kt, use):
+            return itemsize
+        gather = compute.gather_cycles.get(dtype)
+        lanes = compute.lanes.get(dtype, 1)
+        return loaded_bytes(kt, use, mem, register, None if gather is None else gather / lanes)
     return itemsize
 
 
-def loaded_bytes(kt: KernelTerms, workload: Workload, use: TensorUse, mem: Memory,
-                 register: int, how: str) -> int:
+def loaded_bytes(kt: KernelTerms, use: TensorUse, mem: Memory, register: int,
+                 cycles: float | None) -> int:
     """Bytes an element of `use` costs at `mem`'s rate (the registers) where the emitted
-    code loads it by a broadcast (`how` "broadcast": an operand without the vector
-    dimension, one element into every lane) or by the ISA's gather (a vector's lanes
-    from as many rows): the bytes `mem` moves in the instruction's cycles per element
+    code loads it by a broadcast (an operand without the vector dimension, one element
+    into every lane) or by the ISA's gather (a vector's lanes from as many rows): the
+    bytes `mem` moves in `cycles`, the instruction's per element
     (`compute.broadcast_cycles`, or `compute.gather_cycles` over the lanes); `register`
-    (a whole register per element) where the model does not say, or where the kernel
-    writes the tensor so (lane by lane). On AMD Zen 5 (RESULTS.md, "Max as one
+    (a whole register per element) where the model does not say (None), or where the
+    kernel writes the tensor so (lane by lane). On AMD Zen 5 (RESULTS.md, "Max as one
     instruction") a broadcast takes half a cycle (two load ports), where a register's 64
     bytes at the registers' 63 B/cycle priced one: a GEMM's [8 x 16] register tiles, 8
     broadcasts and a load per 8 FMAs, ran 0.69 cycles per FMA and were priced 1.3; a
     gather of 16 f32 lanes from separate L1 lines takes 20-24 cycles, 1.5 a lane."""
-    dtype = workload.tensors[use.tensor].dtype.value
-    compute = kt.hw.compute
-    if how == "broadcast":
-        cycles = compute.broadcast_cycles.get(dtype)
-    else:
-        gather = compute.gather_cycles.get(dtype)
-        cycles = None if gather is None else gather / compute.lanes.get(dtype, 1)
     rate = kt.hw.memory(mem.name).ps_per_byte  # the model's own, not an exposed share's
     if cycles is None or use.written or rate <= 0:
         return register
-    return max(1, round(cycles * 1e12 / compute.clock_hz / rate))
+    return max(1, round(cycles * 1e12 / kt.hw.compute.clock_hz / rate))
 
 
 def warm(workload: Workload, mem: Memory) -> bool:

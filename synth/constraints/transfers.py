@@ -202,14 +202,15 @@ def aliased_moves(kt: KernelTerms, workload: Workload, use: TensorUse, mem: Memo
     layernorm's x, rows of 1024 f32 = 4 KiB apart, all in one set: 12 rows). A tile with
     more rows than that is not kept between the steps of the loops inside it: each tile
     of the next memory in (the register tile, e.g. a [128 x 1] column of x gathered into
-    vectors along the rows) moves its own lines from the parent, a whole line per row
-    however few of its elements the tile uses. Priced where fewer rows stay than a
-    vector has lanes (so every vectorised tile of the rows aliases). So the tile's moves
-    are priced at that
-    inner slot's tiles and loops (at this memory's rates and line), and otherwise as
-    usual. (The emitter gathers a register tile a vector at a time, its lanes from
-    consecutive rows, with the ISA's gather; reading each row's elements of the tile in
-    a row instead ran 2x slower: RESULTS.md, "Gathered row reductions".)"""
+    vectors along the rows) moves its own lines from the parent. Priced where fewer rows
+    stay than a vector has lanes (so every vectorised tile of the rows aliases): then not
+    even a gather's own 16 lines stay until the next gather of the same rows, and a tile
+    read so moves a whole line per element (a tile written so, lane by lane, a line per
+    row: `walked_moves`). So the tile's moves are priced at that inner slot's tiles and
+    loops (at this memory's rates and line), and otherwise as usual. (The emitter gathers
+    a register tile a vector at a time, its lanes from consecutive rows, with the ISA's
+    gather; reading each row's elements of the tile in a row instead ran 2x slower:
+    RESULTS.md, "Gathered row reductions".)"""
     normal = tensor_transfer_cost(kt, use, mem, slot, itemsize)
     inner = next((i for i in range(slot + 1, len(kt.slots))
                   if kt.slots[i].kind is SlotKind.TEMPORAL), None)
