@@ -23,6 +23,11 @@ median. What is measured, and where it goes in the model (docs/hardware.md, "Cal
 - a GEMM register tile's loop (8 broadcasts, a vector load and 8 FMAs per iteration):
   the share of its loads' time (the broadcasts' and the L1 read's) that its FMAs do not
   hide -> the registers' `exposed` when the base model has the key (`exposed_share`);
+- a strip a line wide down 128 rows a way of the L1d apart (rows that share one of its
+  sets, more of them than it holds), walked again and again, per line: a vector load ->
+  the L1 memory's `aliased_read`; a load, an add and a store back -> its `aliased_write`
+  (`transfers.strip_moves`), when the base model has `ways` on it and sysfs gives the
+  L1d's associativity;
 - read bandwidth (bytes per cycle) and load-to-use latency (a pointer chase over cache
   lines in random order) of buffers held in L1, L2, L3 and DRAM -> each memory's
   `bandwidth` and `latency`, which describe transfers *from its parent* (l1's are L2's
@@ -61,7 +66,7 @@ import numpy as np
 from synth.errors import InputError, SynthError
 from synth.hardware import Hardware
 from synth.hwfile import load_hardware, read_model
-from synth.hwunits import detect_cache_size, parse_time
+from synth.hwunits import detect_cache_size, detect_cache_ways, parse_time
 
 SOURCE = "calibrate.c"
 LIBRARY = "libcalibrate.so"
@@ -79,6 +84,9 @@ GATHERS = 8  # gathers per iteration of synth_cal_gather
 BROADCASTS = 12  # broadcasting loads per iteration of synth_cal_broadcast
 TILE_ROWS = 8  # broadcasts and FMAs per iteration of synth_cal_microkernel (one load)
 LINE = 64  # bytes: the pointer chase visits one cache line per step
+# rows of the strip synth_cal_strip walks, a way of the L1d apart: more than its ways hold
+# (12 on AMD Zen 5 and Intel Golden Cove), fewer than the L2 holds
+STRIP_ROWS = 128
 # where in a line the read buffers start: 16 bytes in, as NumPy's large arrays (the emitted
 # kernels' tensors) do. Left to the allocator, the L1 buffer started anywhere in a line:
 # its 64-byte loads then read 63 B/cycle when they split two lines and 126 when they did
@@ -90,8 +98,8 @@ LEVELS = ("L1d", "L2", "L3", "DRAM")
 FALLBACK_CACHE = {"L1d": 32 << 10, "L2": 512 << 10, "L3": 32 << 20}
 # what `measure` tells its `step` callback, one call per measurement (the progress bar's total)
 # (building, the clock; each op; latencies, the fold, gathers, broadcasts, the GEMM tile,
-# usable cores; each level's bandwidth and latency; OpenMP)
-STEPS = 2 + len(OPS) + 6 + 2 * len(LEVELS) + 1
+# usable cores, the aliasing strip; each level's bandwidth and latency; OpenMP)
+STEPS = 2 + len(OPS) + 7 + 2 * len(LEVELS) + 1
 
 
 class CalibrationError(SynthError):
@@ -133,6 +141,9 @@ class Calibration:
     gather_cycles: float  # cycles per vector gathered from separate lines in L1
     broadcast_cycles: float  # cycles per broadcasting load of an element in L1
     microkernel_cycles: float  # cycles per iteration of the GEMM register tile's loop
+    # "read", "write" -> cycles per line of a strip whose rows alias in the L1d (empty:
+    # its associativity unknown)
+    strip_cycles: Mapping[str, float]
     bandwidth: Mapping[str, float]  # level -> bytes per cycle (DRAM: all cores)
     latency: Mapping[str, float]  # level -> cycles from load to use
     sizes: Mapping[str, int]  # level -> bytes of the buffer measured
@@ -205,7 +216,9 @@ def build(vector_bytes: int, directory: Path) -> ctypes.CDLL:
                                    ctypes.c_int]
     lib.synth_cal_chase.argtypes = [ctypes.c_void_p, ctypes.c_int64,
                                     ctypes.POINTER(ctypes.c_int64)]
-    names = (*timed_loops, "region", "barrier", "fma_parallel", "read", "chase")
+    lib.synth_cal_strip.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64,
+                                    ctypes.c_int, ctypes.c_int64]
+    names = (*timed_loops, "region", "barrier", "fma_parallel", "read", "chase", "strip")
     for name in names:
         getattr(lib, f"synth_cal_{name}").restype = ctypes.c_double
     return lib
@@ -301,6 +314,8 @@ def measure(hw: Hardware, settings: Settings = Settings(), step: Step | None = N
         cpus = usable_cpus()
         tell("usable cores")
         usable = usable_cores(lib, settings, cpus, cycles["fma"], clock_hz)
+        tell("a strip of rows that alias in the L1d")
+        strip = strip_cycles(lib, settings, clock_hz)
         bandwidth, latency, sizes = memories(lib, settings, clock_hz, usable, tell)
         tell("OpenMP region and barrier")
         region_s = timed(lambda n: lib.synth_cal_region(n, usable), settings)
@@ -314,7 +329,7 @@ def measure(hw: Hardware, settings: Settings = Settings(), step: Step | None = N
         load=(load[0], load[1], load[2]), cpus=cpus, vector_bytes=vb, clock_hz=clock_hz,
         cycles=cycles, latency_cycles=latencies, exp_sum_cycles=summed, exp_fold_cycles=folded,
         gather_cycles=gathers, broadcast_cycles=broadcasts, microkernel_cycles=microkernel,
-        bandwidth=bandwidth, latency=latency, sizes=sizes, region_s=region_s,
+        strip_cycles=strip, bandwidth=bandwidth, latency=latency, sizes=sizes, region_s=region_s,
         barrier_s=barrier_s, usable_cores=usable, seconds=time.perf_counter() - started,
         notes=tuple(notes))
 
@@ -337,6 +352,28 @@ def usable_cores(lib: ctypes.CDLL, settings: Settings, cpus: int, fma_cycles: fl
     per_iteration = timed(lambda n: lib.synth_cal_fma_parallel(n, cpus), settings)
     alone = fma_cycles * THROUGHPUT_CHAINS / clock_hz
     return max(1, min(cpus, round(cpus * alone / per_iteration)))
+
+
+def strip_cycles(lib: ctypes.CDLL, settings: Settings, clock_hz: float) -> dict[str, float]:
+    """Cycles per line of a strip a line wide whose `STRIP_ROWS` rows lie a way of the L1d
+    apart (`synth_cal_strip`), read ("read") and read and written back ("write"); empty
+    where sysfs does not give the L1d's size and associativity."""
+    ways, size = detect_cache_ways("L1d"), detect_cache_size("L1d")
+    if not ways or not size or size % ways or (size // ways) % LINE:
+        return {}
+    stride = size // ways // 4  # floats
+    buf = np.ones(stride * STRIP_ROWS + LINE // 4, dtype=np.float32)
+    start = buf.ctypes.data + (-buf.ctypes.data) % LINE
+    found = {}
+    for name, write in (("read", 0), ("write", 1)):
+        walk = functools.partial(_strip, lib, start, stride, write)
+        found[name] = timed(walk, settings, 1) * clock_hz / STRIP_ROWS
+    del buf
+    return found
+
+
+def _strip(lib: ctypes.CDLL, pointer: int, stride: int, write: int, walks: int) -> float:
+    return float(lib.synth_cal_strip(pointer, stride, STRIP_ROWS, write, walks))
 
 
 def memories(lib: ctypes.CDLL, settings: Settings, clock_hz: float, cores: int, tell: Step
@@ -438,6 +475,10 @@ def substitute(tree: dict[str, Any], cal: Calibration) -> list[str]:
         if "bandwidth" in memory:
             put(memory, "bandwidth", f"{cal.bandwidth[parent]:.2f}B/cycle",
                 f"{name}.bandwidth ({parent} reads)")
+        if kinds[index] == "L1d" and "ways" in memory and cal.strip_cycles:
+            for way in ("read", "write"):
+                put(memory, f"aliased_{way}", f"{cal.strip_cycles[way]:.1f}cycles",
+                    f"{name}.aliased_{way} (a line of a strip of rows that alias)")
         if "exposed" in memory:
             put(memory, "exposed", round(exposed_share(cal), 2),
                 f"{name}.exposed (a GEMM register tile's loads its FMAs do not hide)")
@@ -522,6 +563,10 @@ def header(base: str, cal: Calibration, done: list[str]) -> str:
              f"cycles, a broadcasting load {cal.broadcast_cycles:.2f}; a GEMM register tile "
              f"(8 broadcasts, a load, 8 FMAs) {cal.microkernel_cycles:.2f} cycles: exposed "
              f"{exposed_share(cal):.2f}",
+             (f"a strip a line wide down {STRIP_ROWS} rows a way of the L1d apart: "
+              f"{cal.strip_cycles['read']:.1f} cycles a line read, "
+              f"{cal.strip_cycles['write']:.1f} read and written" if cal.strip_cycles
+              else "the L1d's associativity unknown: no strip of aliasing rows measured"),
              "read bandwidth (B/cycle; DRAM with every usable core) and latency (cycles):",
              *(f"  {level}: {cal.bandwidth[level]:.2f} B/cycle, {cal.latency[level]:.0f} "
                f"cycles ({cal.sizes[level] >> 10} KiB buffer)" for level in LEVELS),

@@ -124,6 +124,12 @@ class Memory:
     # a cache's associativity (0: not modelled): rows of a tile a power-of-two stride apart
     # share its sets, and at most `ways` of them stay per set (transfers.aliased_moves)
     ways: int = 0
+    # a line of a strip of rows that alias in this cache's sets (more rows than stay: a
+    # column a line wide walked down its rows, transfers.strip_moves), moved in from the
+    # parent: every miss to the one set waits for the last, and a written line's eviction
+    # too (0: priced as other lines). Read only, and read or written (in and back out).
+    aliased_read_ps: int = 0
+    aliased_write_ps: int = 0
 
     @property
     def usable(self) -> int:

@@ -80,11 +80,11 @@ _LEVEL_FIELDS = ("symbol", "count", "issue_share", "barrier", "fork", "barrier_p
 _MEMORY_KEYS = ("name", "level", "instance_level", "capacity", "reserved", "symbol", "latency",
                 "bandwidth", "shared_by", "transfer", "detect", "overlap", "cache",
                 "warm", "store_bandwidth", "write_latency", "blocking", "issue", "push",
-                "exposed", "ways")
+                "exposed", "ways", "aliased_read", "aliased_write")
 _MEMORY_FIELDS = tuple(k for k in _MEMORY_KEYS if k not in ("name", "transfer", "push"))
 # about the parent: not on the root memory
 _PARENT_KEYS = ("latency", "bandwidth", "transfer", "store_bandwidth", "write_latency",
-                "blocking", "issue", "push", "exposed")
+                "blocking", "issue", "push", "exposed", "aliased_read", "aliased_write")
 _PUSH_KEYS = ("level", "cap", "in", "out")
 _PUSH_DIRECTION_KEYS = ("one", "full", "latency", "per_unit")
 _LAUNCH_PER_UNIT_KEYS = ("level", "time")
@@ -639,6 +639,10 @@ def _memory(entry: dict[str, Any], is_root: bool, levels: Sequence[Level], clock
                                                     where.at("push")),
         exposed=_share(entry.get("exposed", 0), where.at("exposed")),
         ways=_ways(entry, where),
+        aliased_read_ps=_unit(lambda v: parse_time(v, clock_hz), entry.get("aliased_read", 0),
+                              where.at("aliased_read")),
+        aliased_write_ps=_unit(lambda v: parse_time(v, clock_hz),
+                               entry.get("aliased_write", 0), where.at("aliased_write")),
     )
 
 

@@ -35,6 +35,7 @@ def fake(**changes: Any) -> Calibration:
         latency_cycles={"fma": 4.0, "add": 2.0, "max": 2.5},
         exp_sum_cycles=14.0, exp_fold_cycles=23.0, gather_cycles=20.0,
         broadcast_cycles=0.5, microkernel_cycles=14.0,
+        strip_cycles={"read": 10.0, "write": 45.0},
         bandwidth={"L1d": 64.0, "L2": 32.0, "L3": 16.0, "DRAM": 4.0},
         latency={"L1d": 5.0, "L2": 14.0, "L3": 50.0, "DRAM": 300.0},
         sizes={"L1d": 1 << 14, "L2": 1 << 20, "L3": 1 << 23, "DRAM": 1 << 28},
@@ -56,11 +57,12 @@ def test_calibration_measures_every_number(calibrated: tuple[Path, Calibration])
     _, cal = calibrated
     numbers = [cal.clock_hz, *cal.cycles.values(), *cal.latency_cycles.values(),
                cal.exp_sum_cycles, cal.exp_fold_cycles, cal.gather_cycles, cal.broadcast_cycles,
-               cal.microkernel_cycles,
+               cal.microkernel_cycles, *cal.strip_cycles.values(),
                *cal.bandwidth.values(),
                *cal.latency.values(), cal.region_s, cal.barrier_s]
     assert all(math.isfinite(x) and x > 0 for x in numbers), cal
     assert set(cal.cycles) == set(calibrate.OPS)
+    assert set(cal.strip_cycles) in ({"read", "write"}, set())  # empty: no L1d ways in sysfs
     assert set(cal.bandwidth) == set(cal.latency) == set(calibrate.LEVELS)
     assert 1 <= cal.usable_cores <= cal.cpus
     assert cal.vector_bytes == 4 * load_hardware("cpu").compute.lanes["f32"]
@@ -136,6 +138,15 @@ def test_substitute_puts_numbers_where_they_belong() -> None:
     assert tree["launch"] == "0us" and tree["level"][1]["fork"] == "1000ns"
     assert tree["level"][1]["count"] == "1..2" and tree["level"][1]["barrier"] == "200ns"
     assert "l1.bandwidth (L2 reads) = 32.00B/cycle" in done
+    # a strip of aliasing rows: on the memory whose tiles are the L1d's, which has `ways`
+    assert memories["l1"]["aliased_read"] == "10.0cycles"
+    assert memories["l1"]["aliased_write"] == "45.0cycles"
+    assert all("aliased_read" not in memories[m] for m in ("reg", "l2", "l3"))
+    base = tomllib.loads(read_model("cpu")[0])  # no associativity known: the base's stay
+    l1 = {m["name"]: m for m in base["memory"]}["l1"]
+    written = (l1.get("aliased_read"), l1.get("aliased_write"))
+    substitute(base, fake(strip_cycles={}))
+    assert (l1.get("aliased_read"), l1.get("aliased_write")) == written
 
 
 def test_a_zero_latency_stays_zero() -> None:

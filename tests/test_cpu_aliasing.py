@@ -139,3 +139,39 @@ def test_a_tile_written_lane_by_lane_into_aliasing_rows_moves_its_lines_both_way
     read = kernel_transfer(CENTRED, "x", fixes)
     written = kernel_transfer(CENTRED, "xc", fixes)
     assert written > 2 * read > 0
+
+
+SCALE = """
+size I = 64
+size J = {J}
+in  x : f32[I, J]
+out y : f32[I, J]
+y[i, j] = x[i, j] * 2.0
+"""
+
+
+def scale_objective(columns: int, hw_set: tuple[str, ...], fixes: tuple[str, ...]) -> int:
+    workload = parse_workload(SCALE.format(J=columns), "<test>", "scale")
+    model = encode(workload, load_hardware("cpu", hw_set), fixes=fixes)
+    result = solve(model.constraints)
+    assert result.status is Status.OPTIMAL and result.env is not None, result.status
+    return ex.evaluate(model.constraints.objective, dict(result.env))
+
+
+NO_STRIPS = ("l1.aliased_read=0ns", "l1.aliased_write=0ns")
+
+
+def test_a_strip_of_aliasing_rows_costs_its_lines_each_walk() -> None:
+    """A kernel vectorised along the rows' own axis (not gathered) whose L1 tile is a
+    strip one line wide down 64 rows 4 KiB apart: its [4 x 16] register tiles walk down
+    the rows, and no row's line stays in the 12-way set (attention S=1024's QK^T so ran
+    13.3 ms, priced 0.73: RESULTS.md, "Strips of aliasing rows"). With `aliased_read`
+    and `aliased_write` it costs more than priced as streamed lines; rows 4160 bytes
+    apart (no aliasing) or an L1 tile 4 lines wide are priced alike either way."""
+    strip = ("P=1", "V.y.i=4", "V.y.j=16", "Q.y.i=16", "Q.y.j=1")
+    wide = ("P=1", "V.y.i=4", "V.y.j=16", "Q.y.i=16", "Q.y.j=4")
+    hw = load_hardware("cpu").memory("l1")
+    assert hw.aliased_read_ps > 0 and hw.aliased_write_ps > hw.aliased_read_ps
+    assert scale_objective(1024, (), strip) > scale_objective(1024, NO_STRIPS, strip)
+    assert scale_objective(1040, (), strip) == scale_objective(1040, NO_STRIPS, strip)
+    assert scale_objective(1024, (), wide) == scale_objective(1024, NO_STRIPS, wide)

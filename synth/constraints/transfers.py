@@ -194,7 +194,8 @@ def aliased_moves(kt: KernelTerms, workload: Workload, use: TensorUse, mem: Memo
     rows may alias in the cache's sets.
 
     Priced where a tile's register tiles are gathered (the kernel's vector dimension
-    indexes the tensor before its last axis), the case measured (layernorm, RESULTS.md).
+    indexes the tensor before its last axis), the case measured (layernorm, RESULTS.md),
+    and where the tile is a strip a line wide walked down its rows (`strip_moves`).
     A cache of C bytes and W ways maps an address to a set by its offset modulo C / W
     (the L1d of the development machine: 48 KiB, 12 ways, 4 KiB a way). Rows of a tensor
     `stride` bytes apart start at as many distinct offsets as (C / W) / gcd(stride, C / W)
@@ -215,9 +216,10 @@ def aliased_moves(kt: KernelTerms, workload: Workload, use: TensorUse, mem: Memo
     inner = next((i for i in range(slot + 1, len(kt.slots))
                   if kt.slots[i].kind is SlotKind.TEMPORAL), None)
     vector = roofline.kernel_vector_dim(kt.kernel.statements)
-    if (inner is None or vector not in use.indices[:-1] or not kt.hw.compute.vector_tiles
-            or packed_operand(kt, use)):
-        return normal  # only a tile gathered into vectors along its rows
+    if inner is None or not kt.hw.compute.vector_tiles or packed_operand(kt, use):
+        return normal
+    if vector not in use.indices[:-1]:  # not gathered: a strip walked down its rows?
+        return strip_moves(kt, workload, use, mem, slot, inner, itemsize, normal)
     shape = workload.tensors[use.tensor].shape
     held = aliased_rows(mem, shape[-1] * itemsize)
     if held is None:
@@ -229,12 +231,54 @@ def aliased_moves(kt: KernelTerms, workload: Workload, use: TensorUse, mem: Memo
                                      kt.factors.domains)
     if aliased is False:
         return normal
-    fresh = walked_moves(kt, use, mem, slot, inner, itemsize, vector, width)
+    fresh = walked_moves(kt, use, mem, slot, inner, itemsize, vector, width, held // mem.ways)
     return fresh if aliased is True else ex.select(aliased, fresh, normal)
 
 
+def strip_moves(kt: KernelTerms, workload: Workload, use: TensorUse, mem: Memory, slot: int,
+                inner: int, itemsize: int, normal: ex.Int) -> ex.Int:
+    """`use`'s moves into `mem` (`aliased_moves`) where its tile is a strip at most a line
+    wide whose rows alias in `mem`'s sets, more of them than stay (`aliased_rows`), and
+    the kernel reads it in whole vectors (not gathered): the register tiles inside walk
+    down the strip's rows, so no row's line stays until the walk comes back to it, and
+    each register tile moves its own lines in from the parent (`normal` otherwise).
+
+    A line so moved costs `mem.aliased_read_ps` (`aliased_write_ps` where the kernel
+    writes the tensor), not a line's bytes at the parent's rate: every miss to one set
+    waits for the one before (and a written line for its eviction), so the time is the
+    misses', divided by the sets the rows spread over (misses to different sets
+    overlap). (Measured on AMD Zen 5, a 64-byte column of 256 rows walked again and
+    again, read and written: 54 cycles a line with rows 4 KiB apart (one set), 31 at
+    2 KiB (two), 8 at 1 KiB (four); read only 14, 7, 5; 2 cycles with rows 4160 bytes
+    apart. Attention S=1024's QK^T with the scores' L1 tile [256 x 16] and [4 x 16]
+    register tiles ran 13.3 ms, priced 0.73 as lines at the L2's rate: RESULTS.md,
+    "Strips of aliasing rows".) Two selects, on the tile's rows and its width; a memory
+    without `aliased_read`/`aliased_write` prices every line alike."""
+    line_ps = mem.aliased_write_ps if use.written else mem.aliased_read_ps
+    if not line_ps or len(use.indices) < 2:
+        return normal
+    held = aliased_rows(mem, workload.tensors[use.tensor].shape[-1] * itemsize)
+    if held is None:
+        return normal
+    line = max(mem.rules.multiple, itemsize)
+    line_ps //= held // mem.ways  # misses to as many sets overlap
+    rows, last = use.indices[-2], use.indices[-1]
+    many = ex.Cmp(kt.tile(rows, slot), ">", ex.const(held))
+    narrow = ex.Cmp(ex.mul(itemsize, kt.tile(last, slot)), "<=", ex.const(line))
+    strip = tensor_transfer_cost(kt, use, per_line(mem, use, line_ps, line), inner, itemsize)
+    return ex.select(many, ex.select(narrow, strip, normal), normal)
+
+
+def per_line(mem: Memory, use: TensorUse, line_ps: int, line: int) -> Memory:
+    """`mem` moving `use`'s tiles at `line_ps` per `line` bytes, whichever ways it moves
+    (read, written or both), with no fixed cost per tile."""
+    directions = int(use.read) + int(use.written)
+    return dataclasses.replace(mem, latency_ps=0, write_latency_ps=None, store_ps_per_byte=0,
+                               ps_per_byte=max(1, round(line_ps / line / directions)))
+
+
 def walked_moves(kt: KernelTerms, use: TensorUse, mem: Memory, slot: int, inner: int,
-                 itemsize: int, vector: str, width: int) -> ex.Int:
+                 itemsize: int, vector: str, width: int, sets: int) -> ex.Int:
     """The moves of a gathered tile whose rows alias in `mem` (`aliased_moves`), by how
     many rows its tile walks at once (its extent along the vector dimension here).
 
@@ -248,12 +292,20 @@ def walked_moves(kt: KernelTerms, use: TensorUse, mem: Memory, slot: int, inner:
     0.17. (Pricing every register tile's lines at the parent's rate put that [16 x 1]
     tile at 1.2 ms; so did pricing the L1 tile's own lines there when it is narrower
     than a line, as the next columns find them still in the L1.) One select on the
-    tile's rows: CP-SAT's time on layernorm and the other built-ins was unchanged."""
+    tile's rows: CP-SAT's time on layernorm and the other built-ins was unchanged.
+
+    A tile the kernel writes so into more rows than that, with `mem.aliased_write_ps`,
+    moves a line per element at that price over the `sets` the rows spread over (as
+    `strip_moves`): rownorm's mu_xc_vs kernel writing xc lane by lane down 512 rows 4
+    KiB apart ran 44 cycles per element."""
     line = itemsize if use.written else max(mem.rules.multiple, itemsize)
     fresh = tensor_transfer_cost(kt, use, scattered(kt, use, mem), inner, line)
     few = ex.Cmp(kt.tile(vector, slot), "<=", ex.const(width))
-    return ex.select(few, fresh, tensor_transfer_cost(
-        kt, use, unprefetched(kt, mem, scattered(kt, use, mem)), inner, line))
+    if use.written and mem.aliased_write_ps:  # each element's store a line in and out
+        rate = per_line(mem, use, mem.aliased_write_ps // sets, max(mem.rules.multiple, itemsize))
+    else:
+        rate = unprefetched(kt, mem, scattered(kt, use, mem))
+    return ex.select(few, fresh, tensor_transfer_cost(kt, use, rate, inner, line))
 
 
 def unprefetched(kt: KernelTerms, mem: Memory, rates: Memory) -> Memory:

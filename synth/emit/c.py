@@ -113,8 +113,13 @@ __all__ = ["CFLAGS", "EmitError", "emit_c", "vector_bytes", "vectorisable"]
 # (an 8-vector tile's first vector stored last); stores that split cache lines (NumPy's
 # arrays are 16-byte aligned) ran up to 40% slower out of address order from the L3. The
 # out-of-order core schedules the rest (RESULTS.md, "Cost fidelity round 5")
+# -fno-loop-interchange, -fno-loop-unroll-and-jam: the loop order and the register tiles
+# are the schedule's decisions, priced by the model; gcc's -O3 interchanged the loops of
+# some kernels (rownorm's y[s, d] kernel walking a [64 x 16] strip down its rows ran its
+# rows innermost-last: 0.05 ms where the schedule priced and run as written take 0.4).
 CFLAGS = ("-O3", "-march=native", "-fopenmp", "-fno-math-errno", "-fwrapv", "-std=gnu11",
-          "-fno-schedule-insns2", "-fPIC", "-shared")
+          "-fno-schedule-insns2", "-fno-loop-interchange", "-fno-loop-unroll-and-jam",
+          "-fPIC", "-shared")
 HEADER = "synth_vec.h"
 LIBRARY = "libsynth.so"
 INDEX = "int64_t"  # loop counters and offsets

@@ -276,6 +276,31 @@ double synth_cal_read(const float *buf, int64_t bytes, int64_t passes, int threa
     return now() - t;
 }
 
+/* A strip a line wide walked down `rows` rows `stride` floats apart (rows that share one
+ * set of the L1d when `stride` is a way's bytes), `walks` times, a new column every 4
+ * walks: per row a vector load and, with `write`, an add and a store back (an accumulator
+ * tile read and written, as a kernel's register tiles walking down a column of it). */
+double synth_cal_strip(float *buf, int64_t stride, int64_t rows, int write, int64_t walks) {
+    vf32 acc = vsplat_f32(0.0f), step = vsplat_f32(1e-7f);
+    double t = now();
+    for (int64_t w = 0; w < walks; w++) {
+        float *column = buf + ((w / 4) % 16) * SYNTH_W;
+        if (write) {
+            for (int64_t r = 0; r < rows; r++) {
+                vstore_f32(column + r * stride, vload_f32(column + r * stride) + step);
+            }
+        } else {
+            for (int64_t r = 0; r < rows; r++) {
+                acc = acc + vload_f32(column + r * stride);
+            }
+            KEEP(acc);
+        }
+    }
+    t = now() - t;
+    USE(acc);
+    return t;
+}
+
 /* Load-to-use latency: `steps` dependent loads through `next`, a cyclic permutation of
  * cache-line indices (one line per step) written by the caller, from `*at` on (where the
  * last call stopped: a repeated call walks on to lines not visited yet, instead of the
