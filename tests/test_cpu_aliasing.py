@@ -175,3 +175,20 @@ def test_a_strip_of_aliasing_rows_costs_its_lines_each_walk() -> None:
     assert scale_objective(1024, (), strip) > scale_objective(1024, NO_STRIPS, strip)
     assert scale_objective(1040, (), strip) == scale_objective(1040, NO_STRIPS, strip)
     assert scale_objective(1024, (), wide) == scale_objective(1024, NO_STRIPS, wide)
+
+
+def test_rows_walked_between_visits_of_a_line_follow_the_loop_order() -> None:
+    """xc[s, d] written lane by lane by a kernel vectorised along s, [16 x 1] tiles in the
+    L1 and the registers alike, 64 rows in each core's L2 tile. With the loop over the
+    1024 columns outside the loop over the rows (the L3's), 64 rows are walked before a
+    line comes back, more than a vector's lanes: each element's store costs a line
+    (`aliased_write`). With the columns inside the rows (both loops the L2's: the
+    kernel's dimensions in order), 16 rows are: the lines come back from the L1, each
+    store still bringing its line both ways (`scattered`).
+    (rownorm's mu_xc_vs so, columns outside 512 rows: priced 0.76 ms, ran 5.2; columns
+    inside: ran 1.9: RESULTS.md, "Rows walked between visits of a line".)"""
+    tiles = ("fuse.xc_vs=1", "P=1", "V.xc_vs.s=16", "V.xc_vs.d=1", "Q.xc_vs.s=1",
+             "Q.xc_vs.d=1", "L.xc_vs.s=4")
+    outside = kernel_transfer(CENTRED, "xc", (*tiles, "S.xc_vs.d=1024"))
+    inside = kernel_transfer(CENTRED, "xc", (*tiles, "L.xc_vs.d=1024"))
+    assert outside > 2 * inside > 0

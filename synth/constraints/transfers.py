@@ -300,12 +300,35 @@ def walked_moves(kt: KernelTerms, use: TensorUse, mem: Memory, slot: int, inner:
     KiB apart ran 44 cycles per element."""
     line = itemsize if use.written else max(mem.rules.multiple, itemsize)
     fresh = tensor_transfer_cost(kt, use, scattered(kt, use, mem), inner, line)
-    few = ex.Cmp(kt.tile(vector, slot), "<=", ex.const(width))
+    elements = max(mem.rules.multiple // itemsize, 1)  # a line's
+    few = ex.Cmp(walked_rows(kt, vector, use.indices[-1], elements), "<=", ex.const(width))
     if use.written and mem.aliased_write_ps:  # each element's store a line in and out
         rate = per_line(mem, use, mem.aliased_write_ps // sets, max(mem.rules.multiple, itemsize))
     else:
         rate = unprefetched(kt, mem, scattered(kt, use, mem))
     return ex.select(few, fresh, tensor_transfer_cost(kt, use, rate, inner, line))
+
+
+def walked_rows(kt: KernelTerms, rows: str, column: str, line: int) -> ex.Int:
+    """How many of a tensor's rows (along `rows`) the loop nest walks before it comes
+    back to a line: the most, over the loops that step along `column` (the tensor's last
+    axis) by less than a line (`line`, in elements: its next step reads the same lines),
+    of the extent along `rows` of the loops inside that one, in the emitted nest's order
+    (`materialize`: slots outermost first, within a slot the kernel's dimensions in
+    order). Temporal loops only (a spatial slot's units walk their own rows), not the
+    register tile's own (its columns are one gather apart). 1 where no loop comes back."""
+    dims = kt.kernel.dims
+    walks: list[ex.Int] = []
+    for k, slot in enumerate(kt.slots[:-1]):
+        if slot.kind is not SlotKind.TEMPORAL:
+            continue
+        inside = kt.tile(rows, k + 1)
+        if dims.index(rows) > dims.index(column):  # the rows' loop here is inside too
+            inside = ex.mul(inside, kt.f(rows, k))
+        within = ex.Cmp(kt.tile(column, k + 1), "<", ex.const(line))
+        walks.append(ex.select(ex.greater_than_one(kt.f(column, k)),
+                               ex.select(within, inside, 1), 1))
+    return ex.maximum(*walks) if walks else ex.ONE
 
 
 def unprefetched(kt: KernelTerms, mem: Memory, rates: Memory) -> Memory:
