@@ -280,7 +280,7 @@ def per_line(mem: Memory, use: TensorUse, line_ps: int, line: int) -> Memory:
 def walked_moves(kt: KernelTerms, use: TensorUse, mem: Memory, slot: int, inner: int,
                  itemsize: int, vector: str, width: int, sets: int) -> ex.Int:
     """The moves of a gathered tile whose rows alias in `mem` (`aliased_moves`), by how
-    many rows its tile walks at once (its extent along the vector dimension here).
+    many rows the loop nest walks before it comes back to a line (`walked_rows`).
 
     At most a vector's lanes of rows (as many lines as the prefetchers follow), each
     register tile moves its lines again at `mem`'s own rate; more rows than that, at
