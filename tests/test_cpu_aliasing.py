@@ -41,8 +41,9 @@ def test_rows_a_way_apart_share_a_set() -> None:
     assert aliased_rows(dataclasses.replace(l1, ways=0), 4096) is None
 
 
-def objective(hw_set: tuple[str, ...], fixes: tuple[str, ...]) -> int:
-    workload = parse_workload(ROW_SUM, "<test>", "rowsum")
+def objective(hw_set: tuple[str, ...], fixes: tuple[str, ...], text: str = ROW_SUM) -> int:
+    """The objective at the optimum of the workload `text` under `fixes` and `hw_set`."""
+    workload = parse_workload(text, "<test>", "w")
     model = encode(workload, load_hardware("cpu", hw_set), fixes=fixes)
     result = solve(model.constraints)
     assert result.status is Status.OPTIMAL and result.env is not None, result.status
@@ -151,11 +152,7 @@ y[i, j] = x[i, j] * 2.0
 
 
 def scale_objective(columns: int, hw_set: tuple[str, ...], fixes: tuple[str, ...]) -> int:
-    workload = parse_workload(SCALE.format(J=columns), "<test>", "scale")
-    model = encode(workload, load_hardware("cpu", hw_set), fixes=fixes)
-    result = solve(model.constraints)
-    assert result.status is Status.OPTIMAL and result.env is not None, result.status
-    return ex.evaluate(model.constraints.objective, dict(result.env))
+    return objective(hw_set, fixes, SCALE.format(J=columns))
 
 
 NO_STRIPS = ("l1.aliased_read=0ns", "l1.aliased_write=0ns")

@@ -216,14 +216,14 @@ def aliased_moves(kt: KernelTerms, workload: Workload, use: TensorUse, mem: Memo
     inner = next((i for i in range(slot + 1, len(kt.slots))
                   if kt.slots[i].kind is SlotKind.TEMPORAL), None)
     vector = roofline.kernel_vector_dim(kt.kernel.statements)
-    if inner is None or not kt.hw.compute.vector_tiles or packed_operand(kt, use):
-        return normal
-    if vector not in use.indices[:-1]:  # not gathered: a strip walked down its rows?
-        return strip_moves(kt, workload, use, mem, slot, inner, itemsize, normal)
-    shape = workload.tensors[use.tensor].shape
-    held = aliased_rows(mem, shape[-1] * itemsize)
+    if (inner is None or not kt.hw.compute.vector_tiles or len(use.indices) < 2
+            or packed_operand(kt, use)):
+        return normal  # rows alias only in a tensor with rows
+    held = aliased_rows(mem, workload.tensors[use.tensor].shape[-1] * itemsize)
     if held is None:
         return normal
+    if vector not in use.indices[:-1]:  # not gathered: a strip walked down its rows?
+        return strip_moves(kt, use, mem, slot, inner, itemsize, held, normal)
     width = max(roofline.lanes(s, vector, workload, kt.hw.compute) for s in kt.kernel.statements)
     if held >= width:  # priced only where no tile of whole vectors fits (a select on the
         return normal  # rows made CP-SAT time out on layernorm at D=256: RESULTS.md)
@@ -235,13 +235,14 @@ def aliased_moves(kt: KernelTerms, workload: Workload, use: TensorUse, mem: Memo
     return fresh if aliased is True else ex.select(aliased, fresh, normal)
 
 
-def strip_moves(kt: KernelTerms, workload: Workload, use: TensorUse, mem: Memory, slot: int,
-                inner: int, itemsize: int, normal: ex.Int) -> ex.Int:
+def strip_moves(kt: KernelTerms, use: TensorUse, mem: Memory, slot: int, inner: int,
+                itemsize: int, held: int, normal: ex.Int) -> ex.Int:
     """`use`'s moves into `mem` (`aliased_moves`) where its tile is a strip at most a line
-    wide whose rows alias in `mem`'s sets, more of them than stay (`aliased_rows`), and
-    the kernel reads it in whole vectors (not gathered): the register tiles inside walk
-    down the strip's rows, so no row's line stays until the walk comes back to it, and
-    each register tile moves its own lines in from the parent (`normal` otherwise).
+    wide whose rows alias in `mem`'s sets, more of them than stay (`held`, from
+    `aliased_rows`), and the kernel reads it in whole vectors (not gathered): the
+    register tiles inside walk down the strip's rows, so no row's line stays until the
+    walk comes back to it, and each register tile moves its own lines in from the parent
+    (`normal` otherwise).
 
     A line so moved costs `mem.aliased_read_ps` (`aliased_write_ps` where the kernel
     writes the tensor), not a line's bytes at the parent's rate: every miss to one set
@@ -255,10 +256,7 @@ def strip_moves(kt: KernelTerms, workload: Workload, use: TensorUse, mem: Memory
     "Strips of aliasing rows".) Two selects, on the tile's rows and its width; a memory
     without `aliased_read`/`aliased_write` prices every line alike."""
     line_ps = mem.aliased_write_ps if use.written else mem.aliased_read_ps
-    if not line_ps or len(use.indices) < 2:
-        return normal
-    held = aliased_rows(mem, workload.tensors[use.tensor].shape[-1] * itemsize)
-    if held is None:
+    if not line_ps:
         return normal
     line = max(mem.rules.multiple, itemsize)
     line_ps //= held // mem.ways  # misses to as many sets overlap
