@@ -1,8 +1,8 @@
 """`synth calibrate --hw cpu --out FILE.toml`: measure this machine, write a hardware model.
 
 The micro-benchmarks are C (`synth/emit/c_runtime/calibrate.c`), built with the system
-compiler as the emitted code is (`-O3 -march=native -fopenmp`, at the base model's vector
-width) and called through ctypes. Each returns the seconds its loop took; `measure` sizes
+compiler with the emitted code's flags (`synth.emit.c.CFLAGS`, at the base model's
+vector width) and called through ctypes. Each returns the seconds its loop took; `measure` sizes
 every loop to about `Settings.target_s`, repeats it `Settings.reps` times and keeps the
 median. What is measured, and where it goes in the model (docs/hardware.md, "Calibrating"):
 
@@ -18,8 +18,10 @@ median. What is measured, and where it goes in the model (docs/hardware.md, "Cal
   each vector of exps, less the same loop summing in a vector -> `compute.shuffle_cycles.f32`
   when the base model has the key: the fold's cycles per step less an add's;
 - the ISA's gather of a vector whose lanes lie on separate lines in L1 (`vgather_f32`),
-  8 independent ones -> `compute.gather_cycles.f32`; a broadcasting load (`vsplat_f32` of
-  an element in L1), 12 independent ones -> `compute.broadcast_cycles.f32`;
+  8 independent ones each followed by its add -> `compute.gather_cycles.f32`, and the 8
+  back to back before their adds -> `compute.grouped_gather_cycles.f32`; a broadcasting
+  load (`vsplat_f32` of an element in L1), 12 independent ones ->
+  `compute.broadcast_cycles.f32`;
 - a GEMM register tile's loop (8 broadcasts, a vector load and 8 FMAs per iteration):
   the share of its loads' time (the broadcasts' and the L1 read's) that its FMAs do not
   hide -> the registers' `exposed` when the base model has the key (`exposed_share`);
@@ -63,6 +65,7 @@ from typing import Any
 
 import numpy as np
 
+from synth.emit.c import CFLAGS
 from synth.errors import InputError, SynthError
 from synth.hardware import Hardware
 from synth.hwfile import load_hardware, read_model
@@ -70,8 +73,6 @@ from synth.hwunits import detect_cache_size, detect_cache_ways, parse_time
 
 SOURCE = "calibrate.c"
 LIBRARY = "libcalibrate.so"
-CFLAGS = ("-O3", "-march=native", "-fopenmp", "-fno-math-errno", "-std=gnu11", "-fPIC",
-          "-shared")
 # the f32 operations measured, as calibrate.c names them (synth_cal_OP)
 OPS = ("add", "mul", "max", "fma", "div", "sqrt", "rsqrt", "recip", "exp", "log", "tanh")
 THROUGHPUT_CHAINS = 12  # vector instructions per iteration of the arithmetic loops
@@ -80,7 +81,7 @@ CLOCK_STEPS = 16  # dependent adds per iteration of synth_cal_clock
 LATENCY_STEPS = 8  # dependent operations per iteration of synth_cal_OP_latency
 LATENCIES = ("fma", "add", "max")  # the chains measured (synth_cal_OP_latency)
 FOLD_LOOPS = ("exp_sum", "exp_fold")  # a vector of exps per iteration, summed or folded
-GATHERS = 8  # gathers per iteration of synth_cal_gather
+GATHERS = 8  # gathers per iteration of synth_cal_gather and synth_cal_gather_run
 BROADCASTS = 12  # broadcasting loads per iteration of synth_cal_broadcast
 TILE_ROWS = 8  # broadcasts and FMAs per iteration of synth_cal_microkernel (one load)
 LINE = 64  # bytes: the pointer chase visits one cache line per step
@@ -139,6 +140,7 @@ class Calibration:
     exp_sum_cycles: float  # per vector of exps summed in a vector accumulator
     exp_fold_cycles: float  # per vector of exps folded into a scalar each time
     gather_cycles: float  # cycles per vector gathered from separate lines in L1
+    grouped_gather_cycles: float  # the same, each of 8 gathers back to back
     broadcast_cycles: float  # cycles per broadcasting load of an element in L1
     microkernel_cycles: float  # cycles per iteration of the GEMM register tile's loop
     # "read", "write" -> cycles per line of a strip whose rows alias in the L1d (empty:
@@ -207,7 +209,7 @@ def build(vector_bytes: int, directory: Path) -> ctypes.CDLL:
             raise CalibrationError(f"building {SOURCE} failed:\n{proc.stderr[-2000:]}")
     lib = ctypes.CDLL(str(library))
     timed_loops = ("clock", *(f"{op}_latency" for op in LATENCIES),
-                   *FOLD_LOOPS, "gather", "broadcast", "microkernel", *OPS)
+                   *FOLD_LOOPS, "gather", "gather_run", "broadcast", "microkernel", *OPS)
     for name in timed_loops:
         getattr(lib, f"synth_cal_{name}").argtypes = [ctypes.c_int64]
     for name in ("region", "barrier", "fma_parallel"):
@@ -307,6 +309,7 @@ def measure(hw: Hardware, settings: Settings = Settings(), step: Step | None = N
         summed, folded = (cycles_of(name) for name in FOLD_LOOPS)
         tell("gathers")
         gathers = cycles_of("gather", GATHERS)
+        grouped = cycles_of("gather_run", GATHERS)
         tell("broadcasts")
         broadcasts = cycles_of("broadcast", BROADCASTS)
         tell("a GEMM register tile")
@@ -328,7 +331,8 @@ def measure(hw: Hardware, settings: Settings = Settings(), step: Step | None = N
         cpu=cpu_name(), when=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         load=(load[0], load[1], load[2]), cpus=cpus, vector_bytes=vb, clock_hz=clock_hz,
         cycles=cycles, latency_cycles=latencies, exp_sum_cycles=summed, exp_fold_cycles=folded,
-        gather_cycles=gathers, broadcast_cycles=broadcasts, microkernel_cycles=microkernel,
+        gather_cycles=gathers, grouped_gather_cycles=grouped, broadcast_cycles=broadcasts,
+        microkernel_cycles=microkernel,
         strip_cycles=strip, bandwidth=bandwidth, latency=latency, sizes=sizes, region_s=region_s,
         barrier_s=barrier_s, usable_cores=usable, seconds=time.perf_counter() - started,
         notes=tuple(notes))
@@ -461,6 +465,8 @@ def substitute(tree: dict[str, Any], cal: Calibration) -> list[str]:
         if unit == "compute" and table.get("vector_tiles"):
             put(table.setdefault("gather_cycles", {}), "f32", round(cal.gather_cycles, 2),
                 f"{unit}.gather_cycles.f32")
+            put(table.setdefault("grouped_gather_cycles", {}), "f32",
+                round(cal.grouped_gather_cycles, 2), f"{unit}.grouped_gather_cycles.f32")
             put(table.setdefault("broadcast_cycles", {}), "f32",
                 round(cal.broadcast_cycles, 2), f"{unit}.broadcast_cycles.f32")
         shuffles = table.get("shuffle_cycles")
@@ -560,7 +566,8 @@ def header(base: str, cal: Calibration, done: list[str]) -> str:
              f"{cal.latency_cycles['add']:.2f}, max {cal.latency_cycles['max']:.2f}",
              f"a fold of a vector's lanes after its exps: {cal.fold_cycles:.2f} cycles "
              f"(a shuffle step {shuffle_cycles(cal):.2f}); a gather {cal.gather_cycles:.2f} "
-             f"cycles, a broadcasting load {cal.broadcast_cycles:.2f}; a GEMM register tile "
+             f"cycles ({cal.grouped_gather_cycles:.2f} each back to back), a broadcasting "
+             f"load {cal.broadcast_cycles:.2f}; a GEMM register tile "
              f"(8 broadcasts, a load, 8 FMAs) {cal.microkernel_cycles:.2f} cycles: exposed "
              f"{exposed_share(cal):.2f}",
              (f"a strip a line wide down {STRIP_ROWS} rows a way of the L1d apart: "

@@ -198,6 +198,9 @@ class Compute:
     # L1 (a register tile read along a dimension other than the tensor's last); absent:
     # each lane costs a register's bytes at the register memory's rate
     gather_cycles: Mapping[str, float] = field(default_factory=dict)
+    # dtype -> the same for each of several gathers back to back (a register tile of
+    # several vectors, gathered one after the other); absent: `gather_cycles`
+    grouped_gather_cycles: Mapping[str, float] = field(default_factory=dict)
     # dtype -> cycles per element loaded into every lane of a vector (a broadcasting
     # load: an operand without the kernel's vector dimension); absent: a register's bytes
     # at the register memory's rate

@@ -91,7 +91,8 @@ _LAUNCH_PER_UNIT_KEYS = ("level", "time")
 _TRANSFER_KEYS = ("min", "max", "multiple", "align")
 _COMPUTE_KEYS = ("clock", "cycles", "lanes", "intrinsic", "tile", "dst", "vector_tiles",
                  "accumulate_latency", "add_latency", "accumulate_window", "fused_multiply_add",
-                 "divider_lanes", "shuffle_cycles", "gather_cycles", "broadcast_cycles")
+                 "divider_lanes", "shuffle_cycles", "gather_cycles", "grouped_gather_cycles",
+                 "broadcast_cycles")
 _INTRINSIC_KEYS = ("shape", "cycles", "pack")
 _COMPUTE_REQUIRED = ("clock", "cycles")
 _DTYPES = tuple(d.value for d in DType)
@@ -299,6 +300,8 @@ def _override_keys(tree: Mapping[str, Any]) -> dict[str, list[tuple[str | int, .
             add(f"{table}.divider_lanes.{dtype}", (table, "divider_lanes", dtype))
             add(f"{table}.shuffle_cycles.{dtype}", (table, "shuffle_cycles", dtype))
             add(f"{table}.gather_cycles.{dtype}", (table, "gather_cycles", dtype))
+            add(f"{table}.grouped_gather_cycles.{dtype}",
+                (table, "grouped_gather_cycles", dtype))
             add(f"{table}.broadcast_cycles.{dtype}", (table, "broadcast_cycles", dtype))
         for flag in ("vector_tiles", "fused_multiply_add", "accumulate_window"):
             add(f"{table}.{flag}", (table, flag))
@@ -426,6 +429,8 @@ def _compute(value: object, where: _Where) -> Compute:
                                              where.at("shuffle_cycles")),
                    gather_cycles=_latencies(table.get("gather_cycles", {}),
                                             where.at("gather_cycles")),
+                   grouped_gather_cycles=_latencies(table.get("grouped_gather_cycles", {}),
+                                                    where.at("grouped_gather_cycles")),
                    broadcast_cycles=_latencies(table.get("broadcast_cycles", {}),
                                                where.at("broadcast_cycles")),
                    intrinsics=_intrinsics(table.get("intrinsic", {}), where.at("intrinsic")),
@@ -464,8 +469,8 @@ def _flag(value: object, where: _Where) -> bool:
 def _latencies(value: object, where: _Where) -> dict[str, float]:
     """`accumulate_latency = { f32 = 4 }`: cycles before a vector accumulator can take its
     next update (the latency of a dependent FMA; `add_latency`: of an add, max or min),
-    per dtype. `shuffle_cycles`, `gather_cycles` and `broadcast_cycles` are read the same
-    way."""
+    per dtype. `shuffle_cycles`, `gather_cycles`, `grouped_gather_cycles` and
+    `broadcast_cycles` are read the same way."""
     out: dict[str, float] = {}
     for dtype, cycles in _table(value, where).items():
         if dtype not in _DTYPES:

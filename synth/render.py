@@ -444,6 +444,7 @@ def print_calibration(cal: Calibration, out: str) -> None:
             (f"fold of {cal.vector_bytes // 4} f32 lanes after exps",
              f"{cal.fold_cycles:.2f} cycles"),
             ("f32 gather (lanes on separate L1 lines)", f"{cal.gather_cycles:.2f} cycles/vector"),
+            ("f32 gathers back to back", f"{cal.grouped_gather_cycles:.2f} cycles/vector"),
             ("f32 broadcasting load (from L1)", f"{cal.broadcast_cycles:.2f} cycles"),
             ("GEMM tile loop (8 broadcasts, 1 load, 8 FMAs)",
              f"{cal.microkernel_cycles:.2f} cycles"),

@@ -33,7 +33,7 @@ def fake(**changes: Any) -> Calibration:
         vector_bytes=32, clock_hz=3.0e9,
         cycles={op: 1.5 for op in calibrate.OPS},
         latency_cycles={"fma": 4.0, "add": 2.0, "max": 2.5},
-        exp_sum_cycles=14.0, exp_fold_cycles=23.0, gather_cycles=20.0,
+        exp_sum_cycles=14.0, exp_fold_cycles=23.0, gather_cycles=20.0, grouped_gather_cycles=13.0,
         broadcast_cycles=0.5, microkernel_cycles=14.0,
         strip_cycles={"read": 10.0, "write": 45.0},
         bandwidth={"L1d": 64.0, "L2": 32.0, "L3": 16.0, "DRAM": 4.0},
@@ -56,7 +56,8 @@ def calibrated(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Calibrat
 def test_calibration_measures_every_number(calibrated: tuple[Path, Calibration]) -> None:
     _, cal = calibrated
     numbers = [cal.clock_hz, *cal.cycles.values(), *cal.latency_cycles.values(),
-               cal.exp_sum_cycles, cal.exp_fold_cycles, cal.gather_cycles, cal.broadcast_cycles,
+               cal.exp_sum_cycles, cal.exp_fold_cycles, cal.gather_cycles,
+               cal.grouped_gather_cycles, cal.broadcast_cycles,
                cal.microkernel_cycles, *cal.strip_cycles.values(),
                *cal.bandwidth.values(),
                *cal.latency.values(), cal.region_s, cal.barrier_s]
@@ -121,6 +122,7 @@ def test_substitute_puts_numbers_where_they_belong() -> None:
     # a fold of 8 lanes: 3 steps of an add (1.5) and a shuffle, and the add joining it
     assert tree["compute"]["shuffle_cycles"]["f32"] == 1.0  # (9 - 1.5) / 3 - 1.5
     assert tree["compute"]["gather_cycles"]["f32"] == 20.0
+    assert tree["compute"]["grouped_gather_cycles"]["f32"] == 13.0
     assert tree["compute"]["broadcast_cycles"]["f32"] == 0.5
     # 14 cycles against 8 FMAs of 1.5 and loads of 8 x 0.5 + 32 B / 64 B/cycle: 0.44
     assert {m["name"]: m for m in tree["memory"]}["reg"]["exposed"] == 0.44

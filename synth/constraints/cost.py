@@ -867,6 +867,9 @@ def _moves(kt: KernelTerms, workload: Workload, use: TensorUse, mem: Memory, slo
         from synth.constraints.online_terms import stream_cost, streamed
         if streamed(kt, use, slot):  # an online step's operand streaming through a cache
             return stream_cost(kt, workload, use, mem, itemsize)
+    elif gathered(kt, use, mem):  # the ISA's gathers into the registers
+        return ex.add(tensor_transfer_cost(kt, use, mem, slot, itemsize),
+                      gather_starts(kt, workload, use, mem, slot))
     elif kt.hw.compute.vector_tiles:
         from synth.constraints.transfers import packed_moves, resident_moves  # builds on this
         packed = packed_moves(kt, use, mem, slot, itemsize)
@@ -902,19 +905,56 @@ def element_bytes(kt: KernelTerms, workload: Workload, use: TensorUse, mem: Memo
     if vector not in use.indices:
         if not moving:
             return register
-        return loaded_bytes(kt, use, mem, register, compute.broadcast_cycles.get(dtype))
+        return loaded_bytes(kt, use, mem, register, compute.broadcast_cycles.get(dtype),
+                            overlaps=True)
     if moving and use.indices[-1] != vector:
         from synth.constraints.transfers import packed_operand  # builds on this module
         if packed_operand(kt, use):
             return itemsize
-        gather = compute.gather_cycles.get(dtype)
+        gather = compute.grouped_gather_cycles.get(dtype, compute.gather_cycles.get(dtype))
         lanes = compute.lanes.get(dtype, 1)
-        return loaded_bytes(kt, use, mem, register, None if gather is None else gather / lanes)
+        return loaded_bytes(kt, use, mem, register, None if gather is None else gather / lanes,
+                            overlaps=False)
     return itemsize
 
 
+def gathered(kt: KernelTerms, use: TensorUse, mem: Memory) -> bool:
+    """Whether the emitted code fills `use`'s tiles in `mem` with the ISA's gather: `mem`
+    is the vector registers and the kernel's vector dimension indexes the tensor before
+    its last axis (not a packed operand, which loads whole vectors)."""
+    if (not kt.hw.compute.vector_tiles or mem.name != kt.hw.memories[-1].name
+            or kt.kernel.online is not None or not use.indices or use.written):
+        return False
+    vector = roofline.kernel_vector_dim(kt.kernel.statements)
+    if vector not in use.indices[:-1]:
+        return False
+    from synth.constraints.transfers import packed_operand  # builds on this module
+    return not packed_operand(kt, use)
+
+
+def gather_starts(kt: KernelTerms, workload: Workload, use: TensorUse, mem: Memory,
+                  slot: int) -> ex.Int:
+    """The time a gathered register tile (`gathered`) pays once per fill on top of its
+    gathers' own (`compute.grouped_gather_cycles` each): a gather between other
+    instructions takes `compute.gather_cycles`, several back to back (a register tile of
+    several vectors, which the emitter gathers one after the other) less each. On AMD Zen
+    5 (RESULTS.md, "Gathers alone and in runs"): 20.5 cycles a gather alone, 13.5 in runs
+    of 2 to 8. Priced whole, not at an exposed share: a gather is microcoded, and the
+    core's FMAs do not run beside it (a [1 x 16] tile with one gather and one FMA per
+    step ran 20 cycles a step; its FMA's chain alone takes 4)."""
+    compute, dtype = kt.hw.compute, workload.tensors[use.tensor].dtype.value
+    alone = compute.gather_cycles.get(dtype)
+    grouped = compute.grouped_gather_cycles.get(dtype, alone)
+    if alone is None or grouped is None or alone <= grouped or not gathered(kt, use, mem):
+        return ex.ZERO
+    counted, optional = transfer_loops(kt, use, slot)
+    fills = ex.mul(kt.partials(slot, use), *optional,
+                   *(kt.dim_product(d, counted[d]) for d in kt.kernel.dims))
+    return ex.mul(round((alone - grouped) * 1e12 / compute.clock_hz), fills)
+
+
 def loaded_bytes(kt: KernelTerms, use: TensorUse, mem: Memory, register: int,
-                 cycles: float | None) -> int:
+                 cycles: float | None, overlaps: bool) -> int:
     """Bytes an element of `use` costs at `mem`'s rate (the registers) where the emitted
     code loads it by a broadcast (an operand without the vector dimension, one element
     into every lane) or by the ISA's gather (a vector's lanes from as many rows): the
@@ -926,7 +966,10 @@ def loaded_bytes(kt: KernelTerms, use: TensorUse, mem: Memory, register: int,
     bytes at the registers' 63 B/cycle priced one: a GEMM's [8 x 16] register tiles, 8
     broadcasts and a load per 8 FMAs, ran 0.69 cycles per FMA and were priced 1.3; a
     gather of 16 f32 lanes from separate L1 lines takes 20-24 cycles, 1.5 a lane."""
-    rate = kt.hw.memory(mem.name).ps_per_byte  # the model's own, not an exposed share's
+    # a broadcast is a load like others, which compute hides but for the exposed share: at
+    # the model's own rate; a gather, microcoded, stalls the core for its whole time: at the
+    # rate `mem` is priced at (the exposed share's, where it is one)
+    rate = kt.hw.memory(mem.name).ps_per_byte if overlaps else mem.ps_per_byte
     if cycles is None or use.written or rate <= 0:
         return register
     return max(1, round(cycles * 1e12 / kt.hw.compute.clock_hz / rate))

@@ -141,6 +141,31 @@ double synth_cal_gather(int64_t n) {
     return t;
 }
 
+/* The same gathers in runs: per iteration, 8 gathers back to back into 8 registers (as the
+ * emitted code fills a register tile of 8 vectors), then their 8 sums. On AMD Zen 5 a run
+ * of 2 to 8 gathers took 13.5 cycles each, a gather between other instructions (the loop
+ * above, each followed by its add) 20.5 (RESULTS.md, "Gathers alone and in runs"). */
+double synth_cal_gather_run(int64_t n) {
+    for (int i = 0; i < GATHER_FLOATS; i++) gather_in[i] = 1.0f;
+    vf32 a0 = vsplat_f32(0.0f), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
+    int64_t span = GATHER_FLOATS - 33 * SYNTH_W - 8;
+    double t = now();
+    for (int64_t i = 0; i < n; i++) {
+        const float *p = &gather_in[(i * 8) % span];
+        vf32 g0 = vgather_f32(p, 33), g1 = vgather_f32(p + 1, 33);
+        vf32 g2 = vgather_f32(p + 2, 33), g3 = vgather_f32(p + 3, 33);
+        vf32 g4 = vgather_f32(p + 4, 33), g5 = vgather_f32(p + 5, 33);
+        vf32 g6 = vgather_f32(p + 6, 33), g7 = vgather_f32(p + 7, 33);
+        KEEP(g0); KEEP(g1); KEEP(g2); KEEP(g3); KEEP(g4); KEEP(g5); KEEP(g6); KEEP(g7);
+        a0 = a0 + g0; a1 = a1 + g1; a2 = a2 + g2; a3 = a3 + g3;
+        a4 = a4 + g4; a5 = a5 + g5; a6 = a6 + g6; a7 = a7 + g7;
+        KEEP(a0); KEEP(a1); KEEP(a2); KEEP(a3); KEEP(a4); KEEP(a5); KEEP(a6); KEEP(a7);
+    }
+    t = now() - t;
+    USE(a0); USE(a1); USE(a2); USE(a3); USE(a4); USE(a5); USE(a6); USE(a7);
+    return t;
+}
+
 /* A broadcasting load (one element into every lane), as a GEMM's register tile loads
  * its A operand: 12 independent ones per iteration from a 16 KiB buffer in L1. */
 double synth_cal_broadcast(int64_t n) {
