@@ -231,7 +231,7 @@ def aliased_moves(kt: KernelTerms, workload: Workload, use: TensorUse, mem: Memo
                                      kt.factors.domains)
     if aliased is False:
         return normal
-    fresh = walked_moves(kt, use, mem, slot, inner, itemsize, vector, width, held // mem.ways)
+    fresh = walked_moves(kt, use, mem, slot, inner, itemsize, vector, width, held)
     return fresh if aliased is True else ex.select(aliased, fresh, normal)
 
 
@@ -253,15 +253,28 @@ def strip_moves(kt: KernelTerms, use: TensorUse, mem: Memory, slot: int, inner: 
     2 KiB (two), 8 at 1 KiB (four); read only 14, 7, 5; 2 cycles with rows 4160 bytes
     apart. Attention S=1024's QK^T with the scores' L1 tile [256 x 16] and [4 x 16]
     register tiles ran 13.3 ms, priced 0.73 as lines at the L2's rate: RESULTS.md,
-    "Strips of aliasing rows".) Two selects, on the tile's rows and its width; a memory
-    without `aliased_read`/`aliased_write` prices every line alike."""
+    "Strips of aliasing rows".)
+
+    The same where the tile has few rows but the loops around it walk more than stay
+    before they step to the rows' next line (`walked_rows`, `next_line`): no row's next
+    line is prefetched, and the lines written share the set. (Measured on AMD Zen 5, a
+    line read and written per row of 512 rows 4 KiB apart, walking R rows at a time:
+    4.2 cycles a line at R = 1, 13.5 at 12, 23 at 16, 52 at 64 and more; read only 5 to
+    8, written only 3 to 40. rownorm's xc[s, d] = x[s, d] - mu[s] walking 64 rows of a
+    line ran 0.41 ms, priced 0.038: RESULTS.md, "Rows walked before the next line".)
+    Two selects, on the rows and the tile's width; a memory without
+    `aliased_read`/`aliased_write` prices every line alike."""
     line_ps = mem.aliased_write_ps if use.written else mem.aliased_read_ps
     if not line_ps:
         return normal
     line = max(mem.rules.multiple, itemsize)
     line_ps //= held // mem.ways  # misses to as many sets overlap
     rows, last = use.indices[-2], use.indices[-1]
-    many = ex.Cmp(kt.tile(rows, slot), ">", ex.const(held))
+    # more rows than stay, in the tile or walked by the loops around it before they step
+    # to the rows' next line
+    walked = walked_rows(kt, rows, last, max(line // itemsize, 1), next_line=True)
+    many = ex.any_of([ex.Cmp(kt.tile(rows, slot), ">", ex.const(held)),
+                      ex.Cmp(walked, ">", ex.const(held))])
     narrow = ex.Cmp(ex.mul(itemsize, kt.tile(last, slot)), "<=", ex.const(line))
     strip = tensor_transfer_cost(kt, use, per_line(mem, use, line_ps, line), inner, itemsize)
     return ex.select(many, ex.select(narrow, strip, normal), normal)
@@ -276,7 +289,7 @@ def per_line(mem: Memory, use: TensorUse, line_ps: int, line: int) -> Memory:
 
 
 def walked_moves(kt: KernelTerms, use: TensorUse, mem: Memory, slot: int, inner: int,
-                 itemsize: int, vector: str, width: int, sets: int) -> ex.Int:
+                 itemsize: int, vector: str, width: int, held: int) -> ex.Int:
     """The moves of a gathered tile whose rows alias in `mem` (`aliased_moves`), by how
     many rows the loop nest walks before it comes back to a line (`walked_rows`).
 
@@ -293,28 +306,46 @@ def walked_moves(kt: KernelTerms, use: TensorUse, mem: Memory, slot: int, inner:
     tile's rows: CP-SAT's time on layernorm and the other built-ins was unchanged.
 
     A tile the kernel writes so into more rows than that, with `mem.aliased_write_ps`,
-    moves a line per element at that price over the `sets` the rows spread over (as
+    moves a line per element at that price over the sets the rows spread over (as
     `strip_moves`): rownorm's mu_xc_vs kernel writing xc lane by lane down 512 rows 4
-    KiB apart ran 44 cycles per element."""
+    KiB apart ran 44 cycles per element. Into its register tile's rows alone (R of them,
+    more than the `held` that stay), a share (R - held) / R of that, at least the lines
+    both ways (`scattered`): stores lane by lane into R rows 4 KiB apart, one column
+    after the other, took 1.1-1.8 cycles each at R <= 12, 7.8 at 16 and 25 at 32 (AMD Zen
+    5, 12 ways; RESULTS.md, "Stores into a register tile's aliasing rows"). One select,
+    on the register tile's rows: one vector of them or more."""
     line = itemsize if use.written else max(mem.rules.multiple, itemsize)
-    fresh = tensor_transfer_cost(kt, use, scattered(kt, use, mem), inner, line)
+    sets = held // mem.ways
     elements = max(mem.rules.multiple // itemsize, 1)  # a line's
     few = ex.Cmp(walked_rows(kt, vector, use.indices[-1], elements), "<=", ex.const(width))
     if use.written and mem.aliased_write_ps:  # each element's store a line in and out
-        rate = per_line(mem, use, mem.aliased_write_ps // sets, max(mem.rules.multiple, itemsize))
+        whole = max(mem.rules.multiple, itemsize)
+        element_ps = mem.aliased_write_ps // sets
+        both = scattered(kt, use, mem).ps_per_byte * whole  # a line in and back out
+
+        def missed(rows: int) -> ex.Int:  # stores into `rows` rows, a column at a time
+            share = max(round(element_ps * (rows - held) / rows), both)
+            return tensor_transfer_cost(kt, use, per_line(mem, use, share, whole), inner, line)
+
+        fresh = ex.select(ex.Cmp(kt.tile(vector, inner), ">", ex.const(width)),
+                          missed(2 * width), missed(width))
+        rate = per_line(mem, use, element_ps, whole)
     else:
+        fresh = tensor_transfer_cost(kt, use, scattered(kt, use, mem), inner, line)
         rate = unprefetched(kt, mem, scattered(kt, use, mem))
     return ex.select(few, fresh, tensor_transfer_cost(kt, use, rate, inner, line))
 
 
-def walked_rows(kt: KernelTerms, rows: str, column: str, line: int) -> ex.Int:
+def walked_rows(kt: KernelTerms, rows: str, column: str, line: int,
+                next_line: bool = False) -> ex.Int:
     """How many of a tensor's rows (along `rows`) the loop nest walks before it comes
     back to a line: the most, over the loops that step along `column` (the tensor's last
     axis) by less than a line (`line`, in elements: its next step reads the same lines),
     of the extent along `rows` of the loops inside that one, in the emitted nest's order
     (`materialize`: slots outermost first, within a slot the kernel's dimensions in
     order). Temporal loops only (a spatial slot's units walk their own rows), not the
-    register tile's own (its columns are one gather apart). 1 where no loop comes back."""
+    register tile's own (its columns are one gather apart). 1 where no loop comes back.
+    `next_line`: before it comes to the rows' next line (loops that step by a line too)."""
     dims = kt.kernel.dims
     walks: list[ex.Int] = []
     for k, slot in enumerate(kt.slots[:-1]):
@@ -323,7 +354,7 @@ def walked_rows(kt: KernelTerms, rows: str, column: str, line: int) -> ex.Int:
         inside = kt.tile(rows, k + 1)
         if dims.index(rows) > dims.index(column):  # the rows' loop here is inside too
             inside = ex.mul(inside, kt.f(rows, k))
-        within = ex.Cmp(kt.tile(column, k + 1), "<", ex.const(line))
+        within = ex.Cmp(kt.tile(column, k + 1), "<=" if next_line else "<", ex.const(line))
         walks.append(ex.select(ex.greater_than_one(kt.f(column, k)),
                                ex.select(within, inside, 1), 1))
     return ex.maximum(*walks) if walks else ex.ONE
