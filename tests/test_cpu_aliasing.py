@@ -206,3 +206,15 @@ def test_rows_walked_before_the_next_line_cost_an_aliased_line_each() -> None:
     assert scale_objective(1024, (), down) > 2 * scale_objective(1024, NO_STRIPS, down)
     assert scale_objective(1024, (), along) == scale_objective(1024, NO_STRIPS, along)
     assert scale_objective(1040, (), down) == scale_objective(1040, NO_STRIPS, down)
+
+
+def test_a_gathered_tile_read_down_many_rows_costs_an_aliased_line_each() -> None:
+    """Row sums over rows 4 KiB apart, [16 x 1] register tiles gathered along the rows:
+    with 64 rows walked before the next column (the L1 tile [64 x 1]) every line read
+    costs `aliased_read` where that is more than the L2's rate (rownorm's sample 14 so ran
+    7.3 cycles per element, priced 2.5); with the rows' loop outside the columns' (16 rows
+    walked) the lines come from the L1 at its own rate, with or without the price."""
+    many = ("V.sm.s=16", "V.sm.d=1", "Q.sm.s=4", "Q.sm.d=1", "P=1")
+    few = ("V.sm.s=16", "V.sm.d=1", "Q.sm.s=1", "Q.sm.d=64", "P=1")
+    assert objective((), many) > objective(NO_STRIPS, many)
+    assert objective((), few) == objective(NO_STRIPS, few)

@@ -295,8 +295,8 @@ def walked_moves(kt: KernelTerms, use: TensorUse, mem: Memory, slot: int, inner:
 
     At most a vector's lanes of rows (as many lines as the prefetchers follow), each
     register tile moves its lines again at `mem`'s own rate; more rows than that, at
-    the parent's own fill rate (lines of rows a page apart, revisited after other rows:
-    no prefetcher follows them). Measured on rownorm's `vs` (one thread, 512 x 1024 f32,
+    the parent's own fill rate at least (lines of rows a page apart, revisited after
+    other rows: no prefetcher follows them), and at the aliased prices below. Measured on rownorm's `vs` (one thread, 512 x 1024 f32,
     rows 4 KiB apart; RESULTS.md, "Rows walked at once"): with the L1 tile 128, 64 or 32
     rows and [16-64 x 4] register tiles it ran 0.26-0.27 ms, priced 0.076 (lines at the
     L1's rate); a [16 x 1] register tile walking 512 columns of 16 rows ran 0.16 against
@@ -308,32 +308,40 @@ def walked_moves(kt: KernelTerms, use: TensorUse, mem: Memory, slot: int, inner:
     A tile the kernel writes so into more rows than that, with `mem.aliased_write_ps`,
     moves a line per element at that price over the sets the rows spread over (as
     `strip_moves`): rownorm's mu_xc_vs kernel writing xc lane by lane down 512 rows 4
-    KiB apart ran 44 cycles per element. Into its register tile's rows alone (R of them,
-    more than the `held` that stay), a share (R - held) / R of that, at least the lines
-    both ways (`scattered`): stores lane by lane into R rows 4 KiB apart, one column
-    after the other, took 1.1-1.8 cycles each at R <= 12, 7.8 at 16 and 25 at 32 (AMD Zen
-    5, 12 ways; RESULTS.md, "Stores into a register tile's aliasing rows"). One select,
-    on the register tile's rows: one vector of them or more."""
+    KiB apart ran 44 cycles per element; a tile read so, `mem.aliased_read_ps` per line
+    (rownorm's sample 14, its sums over rows walking 256 and 512 rows with [16 x 1]
+    register tiles, ran 7.3 cycles per element, priced 2.5 at the L2's rate; the `vs`
+    above with [16-64 x 4] tiles, 5.3 per line).
+
+    Into a register tile's own rows alone (a vector's lanes of them: a loop along the
+    last axis with more rows inside walks more than that), more than the `held` that
+    stay, a written tile costs a share (lanes - held) / lanes of `aliased_write` per
+    element, at least its lines both ways (`scattered`); a tile read so keeps `mem`'s own
+    rate. Measured on AMD Zen 5 (12 ways; RESULTS.md, "Stores into a register tile's
+    aliasing rows"), a column of R rows 4 KiB apart after the other: stores lane by lane
+    took 1.1-1.8 cycles each at R <= 12, 7.8 at 16, 25 at 32; a gather of 16 lanes 34,
+    62, 109 and 122 cycles at R = 16, 32, 64 and 128 or more (14-21 where rows do not
+    alias)."""
     line = itemsize if use.written else max(mem.rules.multiple, itemsize)
+    whole = max(mem.rules.multiple, itemsize)
     sets = held // mem.ways
     elements = max(mem.rules.multiple // itemsize, 1)  # a line's
     few = ex.Cmp(walked_rows(kt, vector, use.indices[-1], elements), "<=", ex.const(width))
-    if use.written and mem.aliased_write_ps:  # each element's store a line in and out
-        whole = max(mem.rules.multiple, itemsize)
-        element_ps = mem.aliased_write_ps // sets
-        both = scattered(kt, use, mem).ps_per_byte * whole  # a line in and back out
+    fills = scattered(kt, use, mem)  # written: a line in and back out at the parent's rate
+    own = tensor_transfer_cost(kt, use, fills, inner, line)
+    aliased_ps = (mem.aliased_write_ps if use.written else mem.aliased_read_ps) // sets
+    if not aliased_ps:
+        return ex.select(few, own, tensor_transfer_cost(kt, use, unprefetched(kt, mem, fills),
+                                                         inner, line))
+    floor = fills.ps_per_byte * whole * (int(use.read) + int(use.written))  # a line's
 
-        def missed(rows: int) -> ex.Int:  # stores into `rows` rows, a column at a time
-            share = max(round(element_ps * (rows - held) / rows), both)
-            return tensor_transfer_cost(kt, use, per_line(mem, use, share, whole), inner, line)
+    def at(line_ps: int) -> ex.Int:  # each register tile's lines at `line_ps` at least
+        return tensor_transfer_cost(kt, use, per_line(mem, use, max(line_ps, floor), whole),
+                                    inner, line)
 
-        fresh = ex.select(ex.Cmp(kt.tile(vector, inner), ">", ex.const(width)),
-                          missed(2 * width), missed(width))
-        rate = per_line(mem, use, element_ps, whole)
-    else:
-        fresh = tensor_transfer_cost(kt, use, scattered(kt, use, mem), inner, line)
-        rate = unprefetched(kt, mem, scattered(kt, use, mem))
-    return ex.select(few, fresh, tensor_transfer_cost(kt, use, rate, inner, line))
+    fresh = at(round(aliased_ps * (width - held) / width)) if use.written else own
+    parent = kt.hw.memories[kt.hw.memories.index(mem) - 1]
+    return ex.select(few, fresh, at(max(aliased_ps, parent.ps_per_byte * whole)))
 
 
 def walked_rows(kt: KernelTerms, rows: str, column: str, line: int,
