@@ -294,16 +294,16 @@ def walked_moves(kt: KernelTerms, use: TensorUse, mem: Memory, slot: int, inner:
     many rows the loop nest walks before it comes back to a line (`walked_rows`).
 
     At most a vector's lanes of rows (as many lines as the prefetchers follow), each
-    register tile moves its lines again at `mem`'s own rate; more rows than that, at
-    the parent's own fill rate at least (lines of rows a page apart, revisited after
-    other rows: no prefetcher follows them), and at the aliased prices below. Measured
-    on rownorm's `vs` (one thread, 512 x 1024 f32, rows 4 KiB apart; RESULTS.md, "Rows
-    walked at once"): with the L1 tile 128, 64 or 32 rows and [16-64 x 4] register
-    tiles it ran 0.26-0.27 ms, priced 0.076 (lines at the L1's rate); a [16 x 1] register tile walking 512 columns of 16 rows ran 0.16 against
-    0.17. (Pricing every register tile's lines at the parent's rate put that [16 x 1]
-    tile at 1.2 ms; so did pricing the L1 tile's own lines there when it is narrower
-    than a line, as the next columns find them still in the L1.) One select on the
-    tile's rows: CP-SAT's time on layernorm and the other built-ins was unchanged.
+    register tile moves its lines again at `mem`'s own rate; more rows than that, at the
+    parent's own fill rate at least (lines of rows a page apart, revisited after other rows:
+    no prefetcher follows them), and at the aliased prices below. Measured on rownorm's `vs`
+    (one thread, 512 x 1024 f32, rows 4 KiB apart; RESULTS.md, "Rows walked at once"): with
+    the L1 tile 128, 64 or 32 rows and [16-64 x 4] register tiles it ran 0.26-0.27 ms,
+    priced 0.076 (lines at the L1's rate); a [16 x 1] register tile walking 512 columns of
+    16 rows ran 0.16 against 0.17. (Pricing every register tile's lines at the parent's rate
+    put that [16 x 1] tile at 1.2 ms; so did pricing the L1 tile's own lines there when it
+    is narrower than a line, as the next columns find them still in the L1.) One select on
+    the tile's rows: CP-SAT's time on layernorm and the other built-ins was unchanged.
 
     A tile the kernel writes so into more rows than that, with `mem.aliased_write_ps`,
     moves a line per element at that price over the sets the rows spread over (as
