@@ -164,7 +164,9 @@ def test_a_strip_of_aliasing_rows_costs_its_lines_each_walk() -> None:
     the rows, and no row's line stays in the 12-way set (attention S=1024's QK^T so ran
     13.3 ms, priced 0.73: RESULTS.md, "Strips of aliasing rows"). With `aliased_read`
     and `aliased_write` it costs more than priced as streamed lines; rows 4160 bytes
-    apart (no aliasing) or an L1 tile 4 lines wide are priced alike either way."""
+    apart (no aliasing) are priced alike either way, and so is an L1 tile 4 lines wide
+    that its register tiles walk along each row before the next (they find the row's next
+    lines prefetched)."""
     strip = ("P=1", "V.y.i=4", "V.y.j=16", "Q.y.i=16", "Q.y.j=1")
     wide = ("P=1", "V.y.i=4", "V.y.j=16", "Q.y.i=16", "Q.y.j=4")
     hw = load_hardware("cpu").memory("l1")
@@ -218,3 +220,16 @@ def test_a_gathered_tile_read_down_many_rows_costs_an_aliased_line_each() -> Non
     few = ("V.sm.s=16", "V.sm.d=1", "Q.sm.s=1", "Q.sm.d=64", "P=1")
     assert objective((), many) > objective(NO_STRIPS, many)
     assert objective((), few) == objective(NO_STRIPS, few)
+
+
+def test_a_tile_as_wide_as_its_register_tiles_costs_an_aliased_line_per_row() -> None:
+    """An L1 tile [64 x 32] of rows 4 KiB apart, two lines wide, walked down by [4 x 32]
+    register tiles: each row's two lines, in two sets, come in together, so it costs an
+    aliased line per row, half the narrow strip's [64 x 16] per column of the same rows
+    (the f32 matmul 512^3 with C's L1 tile [32 x 32], rows 2 KiB apart, and [8 x 32]
+    register tiles ran 24 ms, priced 2.7 as streamed lines: RESULTS.md, "Wide tiles of
+    aliasing rows")."""
+    narrow = ("P=1", "V.y.i=4", "V.y.j=16", "Q.y.i=16", "Q.y.j=1")
+    wide = ("P=1", "V.y.i=4", "V.y.j=32", "Q.y.i=16", "Q.y.j=1")
+    assert scale_objective(1024, (), wide) > 2 * scale_objective(1024, NO_STRIPS, wide)
+    assert scale_objective(1024, (), wide) < 0.7 * scale_objective(1024, (), narrow)

@@ -237,23 +237,26 @@ def aliased_moves(kt: KernelTerms, workload: Workload, use: TensorUse, mem: Memo
 
 def strip_moves(kt: KernelTerms, use: TensorUse, mem: Memory, slot: int, inner: int,
                 itemsize: int, held: int, normal: ex.Int) -> ex.Int:
-    """`use`'s moves into `mem` (`aliased_moves`) where its tile is a strip at most a line
-    wide whose rows alias in `mem`'s sets, more of them than stay (`held`, from
-    `aliased_rows`), and the kernel reads it in whole vectors (not gathered): the
-    register tiles inside walk down the strip's rows, so no row's line stays until the
-    walk comes back to it, and each register tile moves its own lines in from the parent
-    (`normal` otherwise).
+    """`use`'s moves into `mem` (`aliased_moves`) where its tile's rows alias in `mem`'s
+    sets, more of them than stay (`held`, from `aliased_rows`), and the kernel reads it
+    in whole vectors (not gathered): the register tiles inside walk down the tile's
+    rows, so no row's lines stay until the walk comes back to them, and each register
+    tile moves its own rows in from the parent (`normal` otherwise).
 
-    A line so moved costs `mem.aliased_read_ps` (`aliased_write_ps` where the kernel
-    writes the tensor), not a line's bytes at the parent's rate: every miss to one set
-    waits for the one before (and a written line for its eviction), so the time is the
-    misses', divided by the sets the rows spread over (misses to different sets
-    overlap). (Measured on AMD Zen 5, a 64-byte column of 256 rows walked again and
-    again, read and written: 54 cycles a line with rows 4 KiB apart (one set), 31 at
-    2 KiB (two), 8 at 1 KiB (four); read only 14, 7, 5; 2 cycles with rows 4160 bytes
-    apart. Attention S=1024's QK^T with the scores' L1 tile [256 x 16] and [4 x 16]
-    register tiles ran 13.3 ms, priced 0.73 as lines at the L2's rate: RESULTS.md,
-    "Strips of aliasing rows".)
+    A row so moved costs `mem.aliased_read_ps` (`aliased_write_ps` where the kernel writes
+    the tensor), the time of one line, not its bytes at the parent's rate: every miss to one
+    set waits for the one before (and a written line for its eviction), so the time is the
+    misses', divided by the sets the rows spread over (misses to different sets overlap),
+    and a row's lines, each in its own set, come together. (Measured on AMD Zen 5, a 64-byte
+    column of 256 rows walked again and again, read and written: 54 cycles a line with rows
+    4 KiB apart (one set), 31 at 2 KiB (two), 8 at 1 KiB (four); read only 14, 7, 5; 2
+    cycles with rows 4160 bytes apart. Attention S=1024's QK^T with the scores' L1 tile [256
+    x 16] and [4 x 16] register tiles ran 13.3 ms, priced 0.73 as lines at the L2's rate:
+    RESULTS.md, "Strips of aliasing rows". 64 rows walked, 1, 2, 4 and 8 lines a row: 43,
+    63, 73 and 63 cycles a row at 4 KiB apart, 31, 36, 32 and 42 at 2 KiB. The f32 matmul
+    512^3 whose C tile in the L1 is [32 x 32], rows 2 KiB apart, reloaded by [8 x 32]
+    register tiles at every step of k, ran 24 ms, priced 2.7 (a wider tile was priced as
+    streamed lines): "Wide tiles of aliasing rows".)
 
     The same where the tile has few rows but the loops around it walk more than stay
     before they step to the rows' next line (`walked_rows`, `next_line`): no row's next
@@ -262,8 +265,8 @@ def strip_moves(kt: KernelTerms, use: TensorUse, mem: Memory, slot: int, inner: 
     4.2 cycles a line at R = 1, 13.5 at 12, 23 at 16, 52 at 64 and more; read only 5 to
     8, written only 3 to 40. rownorm's xc[s, d] = x[s, d] - mu[s] walking 64 rows of a
     line ran 0.41 ms, priced 0.038: RESULTS.md, "Rows walked before the next line".)
-    Two selects, on the rows and the tile's width; a memory without
-    `aliased_read`/`aliased_write` prices every line alike."""
+    One select, on the rows; a memory without `aliased_read`/`aliased_write` prices every
+    line alike."""
     line_ps = mem.aliased_write_ps if use.written else mem.aliased_read_ps
     if not line_ps:
         return normal
@@ -275,9 +278,21 @@ def strip_moves(kt: KernelTerms, use: TensorUse, mem: Memory, slot: int, inner: 
     walked = walked_rows(kt, rows, last, max(line // itemsize, 1), next_line=True)
     many = ex.any_of([ex.Cmp(kt.tile(rows, slot), ">", ex.const(held)),
                       ex.Cmp(walked, ">", ex.const(held))])
-    narrow = ex.Cmp(ex.mul(itemsize, kt.tile(last, slot)), "<=", ex.const(line))
-    strip = tensor_transfer_cost(kt, use, per_line(mem, use, line_ps, line), inner, itemsize)
-    return ex.select(many, ex.select(narrow, strip, normal), normal)
+    # a row at most a line wide, or as wide as the register tile: each register tile's
+    # rows are a visit of the tile's rows (register tiles along a row, one after the
+    # other, find its next lines prefetched)
+    visits = ex.any_of([ex.Cmp(ex.mul(itemsize, kt.tile(last, slot)), "<=", ex.const(line)),
+                        ex.Cmp(kt.f(last, slot), "==", ex.const(1))])
+    strip = tensor_transfer_cost(kt, use, per_row(mem, use, line_ps), inner, itemsize)
+    return ex.select(many, ex.select(visits, strip, normal), normal)
+
+
+def per_row(mem: Memory, use: TensorUse, row_ps: int) -> Memory:
+    """`mem` moving each row of `use`'s tiles at `row_ps`, however wide, whichever ways it
+    moves (read, written or both), and nothing per byte."""
+    directions = int(use.read) + int(use.written)
+    return dataclasses.replace(mem, ps_per_byte=0, store_ps_per_byte=0, write_latency_ps=None,
+                               latency_ps=max(1, round(row_ps / directions)))
 
 
 def per_line(mem: Memory, use: TensorUse, line_ps: int, line: int) -> Memory:
