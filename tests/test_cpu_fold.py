@@ -79,9 +79,10 @@ def test_folding_at_every_tile_prices_the_shuffles_at_a_cycle() -> None:
 
 
 def test_a_max_folds_its_lanes_at_an_instructions_price() -> None:
-    """m max= x[i] folded after each tile: the folds cost the shuffles and one add-priced
-    instruction per step, less than at `max`'s price where a max costs more than an add
-    (a model with the compare and select's 1.5 cycles)."""
+    """m max= x[i] folded after each tile: the folds cost the shuffles (a `mov` each: no
+    exp in the kernel) and one add-priced instruction per step, less than at `max`'s
+    price where a max costs more than an add (a model with the compare and select's 1.5
+    cycles)."""
     lanes = load_hardware("cpu").compute.lanes["f32"]
     solved, env = solved_on_cpu(MAX, (), per_tile("m", lanes))
     _, env_once = solved_on_cpu(MAX, (), once("m", lanes))
@@ -94,8 +95,24 @@ def test_a_max_folds_its_lanes_at_an_instructions_price() -> None:
     vmax = compute.point_ps(Counter({"max": 1}), DType.F32, 1)
     add = compute.point_ps(Counter({"add": 1}), DType.F32, 1)
     assert vmax > add
-    shuffle = compute.shuffle_ps(DType.F32)
+    shuffle = compute.point_ps(Counter({"mov": 1}), DType.F32, 1)
     assert steps * shuffle < extra < steps * (vmax + shuffle)
+
+
+def test_folds_without_exps_beside_them_cost_a_mov_a_shuffle() -> None:
+    """`shuffle_cycles` is what a fold's shuffle costs after each vector of exps (the
+    exps' chains fill the out-of-order window). Without a vector math routine in the
+    kernel, the folds of successive tiles run side by side: softmax's max kernel folding
+    every vector ran 3.8 cycles a vector, priced 9 at the calibrated shuffle (RESULTS.md,
+    "Folds without exps"). So the max's price does not move with `shuffle_cycles`; the
+    sum of exps' does."""
+    lanes = load_hardware("cpu").compute.lanes["f32"]
+    dear = ("compute.shuffle_cycles.f32=4",)
+    for text, kernel, moves in ((MAX, "m", False), (SUM, "s", True)):
+        solved, env = solved_on_cpu(text, (), per_tile(kernel, lanes))
+        priced = evaluate_cost(solved, env)["compute"]
+        dearer = evaluate_cost(encode(solved.workload, load_hardware("cpu", dear)), env)
+        assert (dearer["compute"] > priced) is moves
 
 
 def test_shuffle_cycles_bad_values_are_clear_errors() -> None:

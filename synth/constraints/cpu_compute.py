@@ -20,7 +20,7 @@ from synth.constraints.cost import (
     transfer_cost,
     transfer_count,
 )
-from synth.workload import Num, ReduceOp, Statement, Workload
+from synth.workload import Num, ReduceOp, Statement, Workload, op_classes
 
 
 def vector_compute_cost(kt: KernelTerms, workload: Workload) -> ex.Int:
@@ -65,6 +65,10 @@ def vector_compute_cost(kt: KernelTerms, workload: Workload) -> ex.Int:
     return ex.add(ex.maximum(issue, *chains), *around)
 
 
+# the vector math routines of synth_vec.h: long chains of dependent FMAs each
+ROUTINES = frozenset({"exp", "log", "tanh"})
+
+
 def fold_cost(kt: KernelTerms, stmt: Statement, vector: str, lanes: int) -> ex.Int:
     """Folding the vector accumulators of `stmt`, a reduction along the vector dimension,
     into its target (`KernelWriter.fold`): each time the target's register tile leaves
@@ -79,13 +83,23 @@ def fold_cost(kt: KernelTerms, stmt: Statement, vector: str, lanes: int) -> ex.I
     exps added 6.5, 6.9 and 8.1 cycles, priced 4.8, 5.4 and 6.5 with the shuffle at a
     `mov`'s 0.5, 6.8, 7.4 and 8.5 at 1: RESULTS.md, "Cost fidelity round 4".) A max or
     min folds its lanes with the ISA's one instruction (`_mm512_reduce_max_ps`: vmaxps),
-    priced as an add: a vhmax_f32 ran 5.2 cycles, a vsum_f32 4.7."""
+    priced as an add: a vhmax_f32 ran 5.2 cycles, a vsum_f32 4.7.
+
+    The shuffles cost `shuffle_cycles` (calibrated after each vector of exps) beside a
+    vector math routine (`ROUTINES`: chains of dependent FMAs that fill the out-of-order
+    window); in a kernel without one the folds of successive tiles run side by side and a
+    shuffle costs a `mov`. (softmax's max kernel folding every vector of x ran 3.8 cycles
+    a vector, 0.058 ms for 2^20 floats, priced 9 with the calibrated shuffle; 8
+    independent folds alone ran 2.6 cycles each: RESULTS.md, "Folds without exps".)"""
     innermost = len(kt.slots) - 1
     use = kt.kernel.use(stmt.target)
     elements = ex.mul(transfer_count(kt, use, innermost),
                       *(kt.tile(d, innermost) for d in use.indices))
     op = roofline.point_ps(dataclasses.replace(stmt, expr=Num(0)), kt.hw.compute, 1)
-    shuffle = kt.hw.compute.shuffle_ps(stmt.dtype)
+    routines = any(op_class in ROUTINES for s in kt.kernel.statements
+                   for op_class in op_classes(s.expr))
+    shuffle = (kt.hw.compute.shuffle_ps(stmt.dtype) if routines
+               else kt.hw.compute.point_ps(Counter({"mov": 1}), stmt.dtype, 1))
     lane_op = (kt.hw.compute.point_ps(Counter({"add": 1}), stmt.dtype, 1)
                if stmt.op in (ReduceOp.MAX, ReduceOp.MIN) else op)
     steps = max(lanes - 1, 0).bit_length()  # ceil(log2(lanes))
