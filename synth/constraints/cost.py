@@ -934,7 +934,8 @@ def gathered(kt: KernelTerms, use: TensorUse, mem: Memory) -> bool:
 
 def gather_starts(kt: KernelTerms, workload: Workload, use: TensorUse, mem: Memory,
                   slot: int) -> ex.Int:
-    """The time a gathered register tile (`gathered`) pays once per fill on top of its
+    """The time a register tile the emitted code gathers (`gathered`: the caller checks)
+    pays once per fill on top of its
     gathers' own (`compute.grouped_gather_cycles` each): a gather between other
     instructions takes `compute.gather_cycles`, several back to back (a register tile of
     several vectors, which the emitter gathers one after the other) less each. On AMD Zen
@@ -945,11 +946,9 @@ def gather_starts(kt: KernelTerms, workload: Workload, use: TensorUse, mem: Memo
     compute, dtype = kt.hw.compute, workload.tensors[use.tensor].dtype.value
     alone = compute.gather_cycles.get(dtype)
     grouped = compute.grouped_gather_cycles.get(dtype, alone)
-    if alone is None or grouped is None or alone <= grouped or not gathered(kt, use, mem):
+    if alone is None or grouped is None or alone <= grouped:
         return ex.ZERO
-    counted, optional = transfer_loops(kt, use, slot)
-    fills = ex.mul(kt.partials(slot, use), *optional,
-                   *(kt.dim_product(d, counted[d]) for d in kt.kernel.dims))
+    fills = ex.mul(kt.partials(slot, use), transfer_count(kt, use, slot))
     return ex.mul(round((alone - grouped) * 1e12 / compute.clock_hz), fills)
 
 
