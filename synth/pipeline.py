@@ -182,7 +182,7 @@ def encode(workload: Workload, hw: Hardware, constraints: Sequence[str] = (),
     (checked while listing candidates and after each build): `SolveTimeout`, exit 3.
     `emit`: the `--emit` target, whose emitter may not merge an online pass split
     across units (`online_terms.whole_pass_constraints`)."""
-    kernels = candidate_kernels(workload, deadline)
+    kernels = candidate_kernels(workload, deadline, vectors=hw.compute.vector_tiles)
     model = build_model(workload, hw, kernels)
     _check(deadline, "encoding")
     extra = user.user_constraints(model, constraints, fixes)

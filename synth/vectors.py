@@ -43,6 +43,29 @@ def vector_dim(statements: Sequence[Statement]) -> str | None:
     return operands[0][-1] if operands else None
 
 
+def vector_options(statements: Sequence[Statement]) -> tuple[str, ...]:
+    """The dimensions a kernel of `statements` may run its register tiles as vectors
+    along: `vector_dim` first, then, for a reduction into an indexed target that is not
+    a contraction (a row sum `sm[s] += x[s, d]`), the reduced dimension its operand is
+    contiguous along (the last index of its first operand). Along the target's own last
+    index every vector of the operand is gathered from as many rows as lanes; along the
+    reduced one it is a plain load, and each row's vector accumulators fold once at the
+    end of the row (`cpu_compute.fold_cost`). Which is faster depends on the tiles (a
+    short row folds often), so both are candidates and the solver decides
+    (`KernelSpec.vector`). A contraction's operands are packed for a register-blocked
+    micro-kernel instead (`contraction`)."""
+    default = vector_dim(statements)
+    options = [default] if default is not None else []
+    for stmt in statements:
+        if not stmt.reduced or not stmt.indices or contraction(stmt) is not None:
+            continue
+        operands = [n.indices for n in expr_nodes(stmt.expr)
+                    if isinstance(n, Access) and n.indices]
+        if operands and operands[0][-1] in stmt.reduced and operands[0][-1] not in options:
+            options.append(operands[0][-1])
+    return tuple(options)
+
+
 def contraction(stmt: Statement) -> tuple[Access, Access] | None:
     """The two operands of `T[..] += X[..] * Y[..]` (distinct tensors), else None: the
     statements the C emitter runs as a micro-kernel over packed operands."""

@@ -59,8 +59,8 @@ def test_a_tile_gathered_from_aliasing_rows_costs_a_line_per_element() -> None:
     register tile priced 10 extra). With the associativity modelled both cost more than
     without it (`l1.ways=0`), the wider tile by as much as the column: a line per element
     in both."""
-    column = ("V.sm.s=16", "V.sm.d=1", "Q.sm.d=8")
-    block = ("V.sm.s=16", "V.sm.d=8")
+    column = ("fuse.sm=1", "V.sm.s=16", "V.sm.d=1", "Q.sm.d=8")
+    block = ("fuse.sm=1", "V.sm.s=16", "V.sm.d=8")
     assert load_hardware("cpu").memory("l1").ways > 1
     extra = {tile: objective((), tile) - objective(("l1.ways=0",), tile)
              for tile in (column, block)}
@@ -73,8 +73,8 @@ def test_more_rows_walked_at_once_cost_more() -> None:
     rows walked at once the lines come back from the L2 at its own fill rate (no
     prefetcher follows 64 rows a page apart), with 16 at the L1's (RESULTS.md, "Rows
     walked at once": rownorm's `vs` ran 0.26 ms with 32-128 rows, 0.18 with 16)."""
-    few = ("V.sm.s=16", "V.sm.d=4", "Q.sm.s=1", "Q.sm.d=2", "P=1")
-    many = ("V.sm.s=16", "V.sm.d=4", "Q.sm.s=4", "Q.sm.d=2", "P=1")
+    few = ("fuse.sm=1", "V.sm.s=16", "V.sm.d=4", "Q.sm.s=1", "Q.sm.d=2", "P=1")
+    many = ("fuse.sm=1", "V.sm.s=16", "V.sm.d=4", "Q.sm.s=4", "Q.sm.d=2", "P=1")
     assert l1_moves(many) > l1_moves(few)  # same register tiles, same lines per tile
     assert objective((), many) > objective((), few)
 
@@ -85,7 +85,7 @@ def l1_moves(fixes: tuple[str, ...]) -> int:
     model = encode(workload, load_hardware("cpu"), fixes=fixes)
     result = solve(model.constraints)
     assert result.status is Status.OPTIMAL and result.env is not None, result.status
-    [kernel] = model.kernels
+    [kernel] = model.selected(dict(result.env))
     kt = cost.KernelTerms(kernel, model.factors, model.hw)
     slot = max(i for i, s in enumerate(kt.slots) if s.name == "l1")
     [use] = [u for u in kt.moving() if u.tensor == "x"]
@@ -96,7 +96,7 @@ def l1_moves(fixes: tuple[str, ...]) -> int:
 def test_rows_that_stay_are_not_charged() -> None:
     """With 64 ways every one of the 16 rows stays: the column tile costs what it does
     without the associativity modelled."""
-    column = ("V.sm.s=16", "V.sm.d=1", "Q.sm.d=8")
+    column = ("fuse.sm=1", "V.sm.s=16", "V.sm.d=1", "Q.sm.d=8")
     assert objective(("l1.ways=64",), column) == objective(("l1.ways=0",), column)
 
 
@@ -216,8 +216,8 @@ def test_a_gathered_tile_read_down_many_rows_costs_an_aliased_line_each() -> Non
     costs `aliased_read` where that is more than the L2's rate (rownorm's sample 14 so ran
     7.3 cycles per element, priced 2.5); with the rows' loop outside the columns' (16 rows
     walked) the lines come from the L1 at its own rate, with or without the price."""
-    many = ("V.sm.s=16", "V.sm.d=1", "Q.sm.s=4", "Q.sm.d=1", "P=1")
-    few = ("V.sm.s=16", "V.sm.d=1", "Q.sm.s=1", "Q.sm.d=64", "P=1")
+    many = ("fuse.sm=1", "V.sm.s=16", "V.sm.d=1", "Q.sm.s=4", "Q.sm.d=1", "P=1")
+    few = ("fuse.sm=1", "V.sm.s=16", "V.sm.d=1", "Q.sm.s=1", "Q.sm.d=64", "P=1")
     assert objective((), many) > objective(NO_STRIPS, many)
     assert objective((), few) == objective(NO_STRIPS, few)
 

@@ -45,7 +45,7 @@ def test_a_broadcast_costs_its_cycles_not_a_registers_bytes() -> None:
 def test_a_gather_costs_its_cycles_over_its_lanes() -> None:
     """Row sums vectorised along the rows gather x: at 24 cycles per 16-lane gather an
     element costs more than a register's bytes at 88 B/cycle (0.73 cycles), at 4 less."""
-    tile = ("V.sm.s=16", "V.sm.d=4", "P=1")
+    tile = ("fuse.sm=1", "V.sm.s=16", "V.sm.d=4", "P=1")
     plain = register_moves(ROW_SUM, ("l1.ways=0",), tile)
     dear = register_moves(ROW_SUM, ("l1.ways=0", "compute.gather_cycles.f32=24"), tile)
     cheap = register_moves(ROW_SUM, ("l1.ways=0", "compute.gather_cycles.f32=4"), tile)
@@ -58,7 +58,8 @@ def test_a_gather_alone_costs_more_than_each_of_a_run() -> None:
     (`compute.grouped_gather_cycles`, `cost.gather_starts`). A [16 x 1] tile of x is one
     gather per fill and costs `gather_cycles` whatever a run's price; a [16 x 4] tile is a
     run of 4, cheaper where runs are cheaper."""
-    alone, run = ("V.sm.s=16", "V.sm.d=1", "P=1"), ("V.sm.s=16", "V.sm.d=4", "P=1")
+    alone = ("fuse.sm=1", "V.sm.s=16", "V.sm.d=1", "P=1")
+    run = ("fuse.sm=1", "V.sm.s=16", "V.sm.d=4", "P=1")
     flat = ("l1.ways=0", "compute.gather_cycles.f32=20")
     runs = (*flat, "compute.grouped_gather_cycles.f32=13")
     # (the same but for rounding to whole picoseconds per byte and per start)
@@ -73,7 +74,7 @@ def test_a_gather_is_priced_whole_not_at_the_exposed_share() -> None:
     """A gather is microcoded; the core's FMAs do not run beside it (fa6's [1 x 16] tile
     of Q K^T, one gather and one FMA per step, ran 20 cycles a step), so the registers'
     `exposed` share scales the other moves into the registers, not the gathers."""
-    tile = ("V.sm.s=16", "V.sm.d=4", "P=1")
+    tile = ("fuse.sm=1", "V.sm.s=16", "V.sm.d=4", "P=1")
     gathers = ("l1.ways=0", "compute.gather_cycles.f32=20")
     low, high = ("reg.exposed=0.2",), ("reg.exposed=0.8",)
     gathered_low = register_moves(ROW_SUM, (*gathers, *low), tile)

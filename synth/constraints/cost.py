@@ -899,7 +899,7 @@ def element_bytes(kt: KernelTerms, workload: Workload, use: TensorUse, mem: Memo
         return itemsize
     if kt.kernel.online is not None:  # the step's plain C arrays (`online_terms`)
         return itemsize
-    vector = roofline.kernel_vector_dim(kt.kernel.statements)
+    vector = kt.kernel.vector
     register = max(itemsize, roofline.register_bytes(kt.hw.compute))
     compute, dtype = kt.hw.compute, workload.tensors[use.tensor].dtype.value
     if vector not in use.indices:
@@ -925,7 +925,7 @@ def gathered(kt: KernelTerms, use: TensorUse, mem: Memory) -> bool:
     if (not kt.hw.compute.vector_tiles or mem.name != kt.hw.memories[-1].name
             or kt.kernel.online is not None or not use.indices or use.written):
         return False
-    vector = roofline.kernel_vector_dim(kt.kernel.statements)
+    vector = kt.kernel.vector
     if vector not in use.indices[:-1]:
         return False
     from synth.constraints.transfers import packed_operand  # builds on this module

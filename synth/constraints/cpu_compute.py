@@ -29,7 +29,7 @@ def vector_compute_cost(kt: KernelTerms, workload: Workload) -> ex.Int:
     chains of its accumulations allow (see `synth.constraints.roofline`)."""
     compute = kt.hw.compute
     innermost = len(kt.slots) - 1
-    vector = roofline.kernel_vector_dim(kt.kernel.statements)
+    vector = kt.kernel.vector
     width = {s.name: roofline.lanes(s, vector, workload, compute) for s in kt.kernel.statements}
     whole = (roofline.whole_vectors(kt.tile(vector, innermost), max(width.values()),
                                     kt.factors.domains)

@@ -304,7 +304,7 @@ def step_prices(kt: KernelTerms, workload: Workload, vectorised: Mapping[str, in
     folds: list[ex.Int] = step_copies(kt, workload) if step_in_cache(kt) else []
     if not step_in_cache(kt):
         return prices, folds
-    vector = roofline.kernel_vector_dim(kt.kernel.statements)
+    vector = kt.kernel.vector
     dtypes = {name: t.dtype for name, t in workload.tensors.items()}
     innermost = len(kt.slots) - 1
     steps = [s for s in kt.temporal() if s != innermost]
@@ -349,7 +349,7 @@ def step_chains(kt: KernelTerms, prices: Mapping[str, ex.Int]) -> list[ex.Int]:
     if plan is None or not step_in_cache(kt):
         return []
     compute = kt.hw.compute
-    vector = roofline.kernel_vector_dim(kt.kernel.statements)
+    vector = kt.kernel.vector
     innermost = len(kt.slots) - 1
     outer = [s for s in kt.temporal() if s != innermost]
     out: list[ex.Int] = []
@@ -387,7 +387,7 @@ def step_copies(kt: KernelTerms, workload: Workload) -> list[ex.Int]:
     innermost = len(kt.slots) - 1
     mem = kt.hw.memories[-1]
     out: list[ex.Int] = []
-    vector = roofline.kernel_vector_dim(kt.kernel.statements)
+    vector = kt.kernel.vector
     for use in kt.moving():
         if pass_operand(kt, use):
             continue  # read where it lies, through the caches (`stream_cost`)

@@ -261,6 +261,10 @@ class _Candidates:
         self.shapes = {name: part_shape(parts.owned[name]) for name in parts.names}
         self.results: dict[str, SolveResult] = {}
         self.dominated = 0
+        # candidates a constraint other than the cover names (`--fix fuse.sm_mu=1`, a
+        # user's condition): a cheaper partition of their statements may not be allowed
+        self.constrained = {name for c in parts.choice if c.group != "fusion.cover"
+                            for name in ex.variables(c.cond)}
 
     def solve_here(self, solve_fixed: SolveFixed) -> None:
         solved: dict[object, SolveResult] = {}  # by problem and cutoff, canonical names
@@ -420,6 +424,8 @@ class _Candidates:
             return future
 
     def cutoff(self, name: str) -> int | None:
+        if name in self.constrained:
+            return None
         cheaper = _dominating(name, self.covered, self.results)
         return None if cheaper is None else cheaper - 1
 

@@ -28,7 +28,7 @@ from collections.abc import Mapping
 
 from synth.constraints import expr as ex
 from synth.hardware import Compute
-from synth.vectors import vector_dim, vectorisable
+from synth.vectors import vectorisable
 from synth.workload import BinOp, ReduceOp, Statement, Workload, op_classes
 
 
@@ -50,10 +50,6 @@ def fused(stmt: Statement, compute: Compute) -> bool:
 def point_ps(stmt: Statement, compute: Compute, lanes: int) -> int:
     """Picoseconds per point of `stmt` at `lanes` elements per instruction."""
     return compute.point_ps(vector_ops(stmt, compute), stmt.dtype, lanes)
-
-
-def kernel_vector_dim(statements: tuple[Statement, ...]) -> str | None:
-    return vector_dim(statements) if statements else None
 
 
 def lanes(stmt: Statement, vector: str | None, workload: Workload, compute: Compute) -> int:

@@ -26,7 +26,7 @@ from synth.constraints.online import ONLINE_PREFIX, OnlinePlan, is_candidate
 from synth.deadline import Deadline
 from synth.hardware import Hardware
 from synth.tiles import tile_units, tiled_extent
-from synth.vectors import vector_dim
+from synth.vectors import vector_dim, vector_options
 from synth.workload import Access, Statement, Workload, accesses
 
 
@@ -90,6 +90,9 @@ class KernelSpec:
     uses: tuple[TensorUse, ...]
     # the online rewrite this kernel runs with (a max consumed inside its own pass)
     online: OnlinePlan | None = None
+    # the dimension its register tiles are vectors along on models with vector registers
+    # (`synth.vectors.vector_options`: a variant of the same group may take another one)
+    vector: str | None = None
 
     def spans(self, stmt: Statement) -> bool:
         """Whether `stmt` is a core statement, iterating every loop of the kernel (the
@@ -165,6 +168,7 @@ def kernel_for(statements: Sequence[Statement], workload: Workload | None = None
         reduced=tuple(reduced),
         uses=(),
         online=online,
+        vector=vector_dim(statements),
     )
     completed = {stmt.target for stmt in _completed(spec)}
     return dataclasses.replace(spec, uses=_tensor_uses(statements, workload, completed))
@@ -211,12 +215,27 @@ def one_kernel_per_statement(workload: Workload) -> tuple[KernelSpec, ...]:
     return tuple(kernel_for([stmt], workload) for stmt in workload.statements)
 
 
-def candidate_kernels(workload: Workload, deadline: Deadline | None = None
-                      ) -> tuple[KernelSpec, ...]:
+def candidate_kernels(workload: Workload, deadline: Deadline | None = None,
+                      vectors: bool = False) -> tuple[KernelSpec, ...]:
     """Every legal fusion group as a kernel (singletons first); the solver picks a cover.
-    Past `deadline`: `SolveTimeout` (exit 3)."""
-    return tuple(kernel_for([workload.statements[i] for i in group], workload)
-                 for group in candidate_groups(workload, deadline))
+    With `vectors` (a model whose register tiles are vectors), a group that may run its
+    vectors along another dimension (`synth.vectors.vector_options`) is also a second
+    kernel, `<group>__<dim>`, right after it. Past `deadline`: `SolveTimeout` (exit 3)."""
+    kernels: list[KernelSpec] = []
+    for group in candidate_groups(workload, deadline):
+        spec = kernel_for([workload.statements[i] for i in group], workload)
+        kernels.append(spec)
+        if vectors and spec.online is None:
+            kernels.extend(vector_variant(spec, dim)
+                           for dim in vector_options(spec.statements)[1:])
+    names = [k.name for k in kernels]
+    return tuple(k for k in kernels if names.count(k.name) == 1 or k.vector == vector_dim(
+        k.statements))  # a variant whose name a fusion group already has is left out
+
+
+def vector_variant(spec: KernelSpec, dim: str) -> KernelSpec:
+    """`spec` with its register tiles vectors along `dim`, as kernel `<name>__<dim>`."""
+    return dataclasses.replace(spec, name=f"{spec.name}__{dim}", vector=dim)
 
 
 # ---------------------------------------------------------------- the constraint set
@@ -438,7 +457,7 @@ def whole_vector_candidates(kernel: KernelSpec, dim: str, hw: Hardware,
     choice made here keeps the cost model free of a vectorised-or-not case split. A
     dimension too short for one vector keeps its candidates (and runs scalar)."""
     width = vector_width(kernel, hw)
-    if width <= 1 or dim != vector_dim(kernel.statements):
+    if width <= 1 or dim != kernel.vector:
         return values
     whole = tuple(v for v in values if v % width == 0 and v <= extent)
     return whole or values

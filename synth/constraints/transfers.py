@@ -215,7 +215,7 @@ def aliased_moves(kt: KernelTerms, workload: Workload, use: TensorUse, mem: Memo
     normal = tensor_transfer_cost(kt, use, mem, slot, itemsize)
     inner = next((i for i in range(slot + 1, len(kt.slots))
                   if kt.slots[i].kind is SlotKind.TEMPORAL), None)
-    vector = roofline.kernel_vector_dim(kt.kernel.statements)
+    vector = kt.kernel.vector
     if (inner is None or not kt.hw.compute.vector_tiles or len(use.indices) < 2
             or packed_operand(kt, use)):
         return normal  # rows alias only in a tensor with rows

@@ -233,7 +233,7 @@ class KernelBuilder:
                   for p in placed] + combines
         body = self._level(0, placed)
         return Kernel(self.spec.name, tuple(s.name for s in self.spec.statements),
-                      self._prologue() + body + self._epilogue())
+                      self._prologue() + body + self._epilogue(), vector=self.spec.vector)
 
     def _level(self, depth: int, placed: list[_Placed]) -> tuple[Node, ...]:
         here = sorted((p for p in placed if p.depth == depth), key=lambda p: p.order)
