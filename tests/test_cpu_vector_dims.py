@@ -3,18 +3,23 @@
 may run along its target's rows (each vector gathered from 16 rows) or along the reduced
 d (plain loads, each row's accumulators folded at its end), as kernel `sm__d`. Measured
 (RESULTS.md, "Row reductions vectorised along the row"): layernorm's C ran 0.30 ms with
-its row sums gathered, 0.10 ms along d. Relations only; deterministic solver limits."""
+its row sums gathered, 0.10 ms along d. With the extra candidates one joint random draw
+can find nothing (attention at S = 1024): the sampler then draws the fusion cover first.
+Relations only; deterministic solver limits."""
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 
 import pytest
 from conftest import solve
 
 from synth.constraints import expr as ex
+from synth.constraints.decompose import random_cover, with_fusion
 from synth.constraints.result import Status
-from synth.constraints.space import candidate_kernels
+from synth.constraints.sample import random_schedule
+from synth.constraints.space import candidate_kernels, fusion_decision, is_fusion_decision
 from synth.emit.c import emit_c
 from synth.emit.c_check import check_c
 from synth.hwfile import load_hardware
@@ -120,3 +125,31 @@ def test_kernels_along_either_dimension_run_and_match(
     assert f"vectorised along {vector}" in (tmp_path / "kernels.c").read_text()
     check = check_c(tmp_path, time_runs=False)
     assert check.built and check.passed, check.log
+
+
+def test_a_random_cover_runs_each_statement_once_and_varies_with_the_seed() -> None:
+    """`decompose.random_cover`, the sampler's fallback: every statement in exactly one
+    chosen kernel, and another seed draws another cover (layernorm's 22 candidates)."""
+    model = encode(load_workload("layernorm", {}), load_hardware("cpu"))
+    cset = model.constraints
+    names = [n for n in cset.decisions if is_fusion_decision(n)]
+    covers = set()
+    for seed in range(6):
+        chosen = random_cover(cset, names, random.Random(seed))
+        assert chosen is not None
+        kernels = [k for k in model.kernels if chosen.get(fusion_decision(k.name), 1)]
+        ran = sorted(s.name for k in kernels for s in k.statements)
+        assert ran == sorted(s.name for s in model.workload.statements)
+        covers.add(tuple(sorted(k.name for k in kernels)))
+        cover = with_fusion(cset, chosen)
+        assert cover is not None and all(cover.decisions[n] == (chosen[n],) for n in names)
+    assert len(covers) > 1
+
+
+def test_attention_at_1024_has_random_schedules() -> None:
+    """The joint draw finds none within its work limit (16 candidate kernels in one
+    part); drawn cover first, each seed gives a legal schedule, not all the same."""
+    model = encode(load_workload("attention", {"S": 1024, "D": 64}), load_hardware("cpu"))
+    envs = [random_schedule(model.constraints, seed) for seed in range(3)]
+    assert all(env is not None and not model.constraints.violated(env) for env in envs)
+    assert len({tuple(sorted(env.items())) for env in envs if env is not None}) > 1

@@ -9,6 +9,7 @@ it keeps the search of a many-kernel program the sum, not the product, of its ke
 from __future__ import annotations
 
 import dataclasses
+import random
 import time
 from collections.abc import Callable, Iterable
 
@@ -285,24 +286,62 @@ def fusion_covers(cset: ConstraintSet, deadline: Deadline | None = None
         return [cset]
     flat = inline_definitions(cset)
     rewrite = _FusionRewriter(frozenset(names))
-    terms = flat.objective.terms if isinstance(flat.objective, ex.Sum) else (flat.objective,)
     covers: list[ConstraintSet] = []
     for values in _exact_covers(cset, names, deadline=deadline):
         if deadline is not None and deadline.expired() and covers:
             break
-        chosen = dict(zip(names, values, strict=True))
-        constraints = tuple(rewrite.constraint(c, chosen) for c in flat.constraints)
-        if any(c.cond == ex.FALSE for c in constraints):
-            continue
-        constraints = tuple(c for c in constraints if c.cond != ex.TRUE)
-        objective = ex.add(*(rewrite.term(t, chosen) for t in terms))
-        mentioned = {v for c in constraints for v in ex.variable_set(c.cond)}
-        mentioned |= ex.variable_set(objective)
-        decisions = {n: d for n, d in cset.decisions.items() if n in mentioned}
-        decisions |= {n: (v,) for n, v in chosen.items()}
-        covers.append(ConstraintSet(decisions, {}, constraints, objective,
-                                    groups=cset.groups))
+        cover = _with_fusion(cset, flat, rewrite, dict(zip(names, values, strict=True)))
+        if cover is not None:
+            covers.append(cover)
     return covers
+
+
+def with_fusion(cset: ConstraintSet, chosen: dict[str, int]) -> ConstraintSet | None:
+    """`cset` with its fusion decisions set to `chosen` (every one of them), as
+    `fusion_covers` gives each cover; None when another constraint forbids that cover."""
+    return _with_fusion(cset, inline_definitions(cset), _FusionRewriter(frozenset(chosen)),
+                        chosen)
+
+
+def _with_fusion(cset: ConstraintSet, flat: ConstraintSet, rewrite: _FusionRewriter,
+                 chosen: dict[str, int]) -> ConstraintSet | None:
+    constraints = tuple(rewrite.constraint(c, chosen) for c in flat.constraints)
+    if any(c.cond == ex.FALSE for c in constraints):
+        return None
+    constraints = tuple(c for c in constraints if c.cond != ex.TRUE)
+    terms = flat.objective.terms if isinstance(flat.objective, ex.Sum) else (flat.objective,)
+    objective = ex.add(*(rewrite.term(t, chosen) for t in terms))
+    mentioned = {v for c in constraints for v in ex.variable_set(c.cond)}
+    mentioned |= ex.variable_set(objective)
+    decisions = {n: d for n, d in cset.decisions.items() if n in mentioned}
+    decisions |= {n: (v,) for n, v in chosen.items()}
+    return ConstraintSet(decisions, {}, constraints, objective, groups=cset.groups)
+
+
+def random_cover(cset: ConstraintSet, names: list[str], rng: random.Random
+                 ) -> dict[str, int] | None:
+    """Values of the fusion decisions `names` that pick exactly one kernel for every
+    statement, drawn at random: `_exact_covers`' backtracking with each statement's
+    kernels tried in a random order, stopping at the first cover (None: there is none)."""
+    options = [sorted(frozenset(ex.variables(c.cond)) & set(names)) for c in cset.constraints
+               if c.group == COVER]
+
+    def extend(picked: frozenset[str], excluded: frozenset[str]) -> frozenset[str] | None:
+        open_ = next((o for o in options if not set(o) & picked), None)
+        if open_ is None:
+            return picked
+        choices = [n for n in open_ if n not in excluded]
+        rng.shuffle(choices)
+        for name in choices:
+            clash = frozenset().union(*(set(o) for o in options if name in o)) - {name}
+            if not clash & picked:
+                found = extend(picked | {name}, excluded | clash)
+                if found is not None:
+                    return found
+        return None
+
+    picked = extend(frozenset(), frozenset())
+    return None if picked is None else {n: int(n in picked) for n in names}
 
 
 class _FusionRewriter:
