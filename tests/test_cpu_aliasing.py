@@ -164,16 +164,28 @@ def test_a_strip_of_aliasing_rows_costs_its_lines_each_walk() -> None:
     the rows, and no row's line stays in the 12-way set (attention S=1024's QK^T so ran
     13.3 ms, priced 0.73: RESULTS.md, "Strips of aliasing rows"). With `aliased_read`
     and `aliased_write` it costs more than priced as streamed lines; rows 4160 bytes
-    apart (no aliasing) are priced alike either way, and so is an L1 tile 4 lines wide
-    that its register tiles walk along each row before the next (they find the row's next
-    lines prefetched)."""
+    apart (no aliasing) are priced alike either way."""
     strip = ("P=1", "V.y.i=4", "V.y.j=16", "Q.y.i=16", "Q.y.j=1")
-    wide = ("P=1", "V.y.i=4", "V.y.j=16", "Q.y.i=16", "Q.y.j=4")
     hw = load_hardware("cpu").memory("l1")
     assert hw.aliased_read_ps > 0 and hw.aliased_write_ps > hw.aliased_read_ps
     assert scale_objective(1024, (), strip) > scale_objective(1024, NO_STRIPS, strip)
     assert scale_objective(1040, (), strip) == scale_objective(1040, NO_STRIPS, strip)
-    assert scale_objective(1024, (), wide) == scale_objective(1024, NO_STRIPS, wide)
+
+
+def test_short_rows_walked_by_narrower_register_tiles_share_a_rows_price() -> None:
+    """An L1 tile of 64 rows 4 KiB apart, 4 lines wide, whose [4 x 16] register tiles walk
+    along each row's lines before the next rows: every visit of a row costs a row's price,
+    shared by its 4 register tiles, so more than streamed lines and less than the strip
+    a line wide (which pays it per register tile); rows 8 lines wide stream (measured on
+    AMD Zen 5, blocks of 32 rows walked so: 55 cycles a row at 4 lines, 24 at 8 and 3 a
+    line at rows 4160 bytes apart: RESULTS.md, "Short rows of aliasing lines")."""
+    strip = ("P=1", "V.y.i=4", "V.y.j=16", "Q.y.i=16", "Q.y.j=1")
+    wide = ("P=1", "V.y.i=4", "V.y.j=16", "Q.y.i=16", "Q.y.j=4")
+    wider = ("P=1", "V.y.i=4", "V.y.j=16", "Q.y.i=8", "Q.y.j=8")  # 32 rows: x, y fit
+    assert scale_objective(1024, (), wide) > scale_objective(1024, NO_STRIPS, wide)
+    assert scale_objective(1024, (), wide) < scale_objective(1024, (), strip)
+    assert scale_objective(1088, (), wide) == scale_objective(1088, NO_STRIPS, wide)
+    assert scale_objective(1024, (), wider) == scale_objective(1024, NO_STRIPS, wider)
 
 
 def test_rows_walked_between_visits_of_a_line_follow_the_loop_order() -> None:

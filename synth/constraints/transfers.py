@@ -235,6 +235,9 @@ def aliased_moves(kt: KernelTerms, workload: Workload, use: TensorUse, mem: Memo
     return fresh if aliased is True else ex.select(aliased, fresh, normal)
 
 
+SHORT_ROW_LINES = 6  # rows of at most this many lines come in one at a time (`strip_moves`)
+
+
 def strip_moves(kt: KernelTerms, use: TensorUse, mem: Memory, slot: int, inner: int,
                 itemsize: int, held: int, normal: ex.Int) -> ex.Int:
     """`use`'s moves into `mem` (`aliased_moves`) where its tile's rows alias in `mem`'s
@@ -265,6 +268,16 @@ def strip_moves(kt: KernelTerms, use: TensorUse, mem: Memory, slot: int, inner: 
     4.2 cycles a line at R = 1, 13.5 at 12, 23 at 16, 52 at 64 and more; read only 5 to
     8, written only 3 to 40. rownorm's xc[s, d] = x[s, d] - mu[s] walking 64 rows of a
     line ran 0.41 ms, priced 0.038: RESULTS.md, "Rows walked before the next line".)
+    A tile whose rows are a few lines wide (at most `SHORT_ROW_LINES`) walked by register
+    tiles narrower than its rows: each visit of its rows costs a row's price, shared by
+    the register tiles along the row (each pays 1 / f of it; no less than streamed).
+    Wider rows are streamed.
+    (Measured on AMD Zen 5, blocks of 32 rows 4 KiB apart read and written twice, by 8 x
+    1-line tiles: 37, 52, 64, 55, 50 and 49 cycles a row at 1 to 6 lines a row, 30 at 7,
+    24 at 8; 3 cycles a line with rows 4160 bytes apart. Attention S=1024's QK^T with
+    the scores' L1 tile [16 x 64] reloaded at every step of d by [8 x 16] register tiles
+    ran 19.5 ms, priced 2.4: RESULTS.md, "Short rows of aliasing lines".)
+
     One select, on the rows; a memory without `aliased_read`/`aliased_write` prices every
     line alike."""
     line_ps = mem.aliased_write_ps if use.written else mem.aliased_read_ps
@@ -284,7 +297,11 @@ def strip_moves(kt: KernelTerms, use: TensorUse, mem: Memory, slot: int, inner: 
     visits = ex.any_of([ex.Cmp(ex.mul(itemsize, kt.tile(last, slot)), "<=", ex.const(line)),
                         ex.Cmp(kt.f(last, slot), "==", ex.const(1))])
     strip = tensor_transfer_cost(kt, use, per_row(mem, use, line_ps), inner, itemsize)
-    return ex.select(many, ex.select(visits, strip, normal), normal)
+    # rows of a few lines, walked by register tiles narrower than them: each visit of
+    # the tile's rows costs a row's price, shared by the register tiles along the row
+    short = ex.Cmp(ex.mul(itemsize, kt.tile(last, slot)), "<=", ex.const(SHORT_ROW_LINES * line))
+    shared = ex.select(short, ex.maximum(normal, ex.ceil_div(strip, kt.f(last, slot))), normal)
+    return ex.select(many, ex.select(visits, strip, shared), normal)
 
 
 def per_row(mem: Memory, use: TensorUse, row_ps: int) -> Memory:
