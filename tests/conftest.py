@@ -51,6 +51,16 @@ SMALL_UPMEM = ("rank.count=1..2", "dpu.count=1..4", "tasklet.count=1..4")
 # The CPU's core count is this machine's ("1..auto"); pinned where a space must stay small
 TWO_CORES = ("core.count=1..2",)
 
+# A row sum over rows 4 KiB apart (all in one set of a 12-way 48 KiB L1d): the cpu model's
+# aliasing, gather and vector-dimension tests
+ROW_SUM = """
+size S = 64
+size D = 1024
+in  x : f32[S, D]
+out sm : f32[S]
+sm[s] += x[s, d]
+"""
+
 
 # The UPMEM model before issue 13's measured numbers (double-buffered WRAM, host transfers
 # per row and DPU): the tests of the machinery it exercised (double buffering, prefetch in

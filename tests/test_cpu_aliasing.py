@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from conftest import solve
+from conftest import ROW_SUM, solve
 
 from synth.constraints import cost
 from synth.constraints import expr as ex
@@ -17,14 +17,6 @@ from synth.constraints.transfers import aliased_moves, aliased_rows
 from synth.hwfile import load_hardware
 from synth.lang import parse_workload
 from synth.pipeline import encode
-
-ROW_SUM = """
-size S = 64
-size D = 1024
-in  x : f32[S, D]
-out sm : f32[S]
-sm[s] += x[s, d]
-"""
 
 
 def test_rows_a_way_apart_share_a_set() -> None:

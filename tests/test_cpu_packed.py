@@ -8,7 +8,7 @@ only, deterministic limits."""
 
 from __future__ import annotations
 
-from conftest import solved_on_cpu
+from conftest import ROW_SUM, solved_on_cpu
 
 from synth.constraints import cost
 from synth.constraints import expr as ex
@@ -25,13 +25,6 @@ out s : f32[S, S]
 s[i, j] += Q[i, d] * K[j, d]
 """
 
-ROW_SUM = """
-size S = 64
-size D = 1024
-in  x : f32[S, D]
-out sm : f32[S]
-sm[s] += x[s, d]
-"""
 
 
 

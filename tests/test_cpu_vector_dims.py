@@ -13,7 +13,7 @@ import random
 from pathlib import Path
 
 import pytest
-from conftest import solve
+from conftest import ROW_SUM, solve
 
 from synth.constraints import expr as ex
 from synth.constraints.decompose import random_cover, with_fusion
@@ -29,14 +29,6 @@ from synth.lang import load_workload, parse_workload
 from synth.pipeline import encode
 from synth.reference import evaluate_errors, make_inputs
 from synth.vectors import vector_options
-
-ROW_SUM = """
-size S = 64
-size D = 1024
-in  x : f32[S, D]
-out sm : f32[S]
-sm[s] += x[s, d]
-"""
 
 
 def statements(text: str) -> tuple:
