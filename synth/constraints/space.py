@@ -221,16 +221,16 @@ def candidate_kernels(workload: Workload, deadline: Deadline | None = None,
     With `vectors` (a model whose register tiles are vectors), a group that may run its
     vectors along another dimension (`synth.vectors.vector_options`) is also a second
     kernel, `<group>__<dim>`, right after it. Past `deadline`: `SolveTimeout` (exit 3)."""
+    groups = [kernel_for([workload.statements[i] for i in group], workload)
+              for group in candidate_groups(workload, deadline)]
+    taken = {spec.name for spec in groups}  # a variant named like a group is left out
     kernels: list[KernelSpec] = []
-    for group in candidate_groups(workload, deadline):
-        spec = kernel_for([workload.statements[i] for i in group], workload)
+    for spec in groups:
         kernels.append(spec)
         if vectors and spec.online is None:
-            kernels.extend(vector_variant(spec, dim)
-                           for dim in vector_options(spec.statements)[1:])
-    names = [k.name for k in kernels]
-    return tuple(k for k in kernels if names.count(k.name) == 1 or k.vector == vector_dim(
-        k.statements))  # a variant whose name a fusion group already has is left out
+            variants = (vector_variant(spec, d) for d in vector_options(spec.statements)[1:])
+            kernels.extend(v for v in variants if v.name not in taken)
+    return tuple(kernels)
 
 
 def vector_variant(spec: KernelSpec, dim: str) -> KernelSpec:

@@ -110,14 +110,6 @@ LATENCY(fma, FMA)
 LATENCY(add, ADD)
 LATENCY(max, MAX)
 
-/* The fold of a vector's lanes into one (`vsum_f32`: log2(lanes) shuffles and adds) where
- * the emitted code folds: after each vector of exps of a softmax-like row, as a kernel with
- * a one-vector register tile of the sum does. synth_cal_exp_sum keeps the sum in a vector
- * accumulator, synth_cal_exp_fold folds every vector into a scalar: the difference is
- * what a fold costs beside the work around it (on AMD Zen 5, 8.3 cycles, where 8
- * independent folds alone ran 2.6 each: the exps' long chains leave the out-of-order
- * core no room to hide the fold's). One vector per iteration, from a 16 KiB buffer in L1,
- * each exp stored back as the kernel stores e. */
 /* The ISA's gather as vgather_f32 does it: lanes 33 floats apart (each from its own line),
  * from a 16 KiB buffer in L1, 8 independent gathers per iteration, each summed. */
 #define GATHER_FLOATS 4096
@@ -205,6 +197,14 @@ double synth_cal_microkernel(int64_t n) {
     return t;
 }
 
+/* The fold of a vector's lanes into one (`vsum_f32`: log2(lanes) shuffles and adds) where
+ * the emitted code folds: after each vector of exps of a softmax-like row, as a kernel with
+ * a one-vector register tile of the sum does. synth_cal_exp_sum keeps the sum in a vector
+ * accumulator, synth_cal_exp_fold folds every vector into a scalar: the difference is
+ * what a fold costs beside the work around it (on AMD Zen 5, 8.3 cycles, where 8
+ * independent folds alone ran 2.6 each: the exps' long chains leave the out-of-order
+ * core no room to hide the fold's). One vector per iteration, from a 16 KiB buffer in L1,
+ * each exp stored back as the kernel stores e. */
 #define FOLD_VECTORS 256
 static float fold_in[FOLD_VECTORS * SYNTH_W] __attribute__((aligned(64)));
 static float fold_out[FOLD_VECTORS * SYNTH_W] __attribute__((aligned(64)));
