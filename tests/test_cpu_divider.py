@@ -6,7 +6,10 @@
   1/sqrt 5.0 cycles, 16 lanes 20.1); rownorm's r[s] = rsqrt(...) recomputed per row for
   every column tile was priced 0.31 ms in a kernel that ran 0.14;
 - `cpu_compute.chain_cost`: one accumulator per register tile with u updates runs at
-  about latency x u / (u + window) per FMA, not the full latency from u = window on.
+  about latency x u / (u + window) per FMA, not the full latency from u = window on; and
+  the updates in a row continue through memory where the register tile is loaded and
+  stored at every step of a reduction loop it cannot be hoisted above (RESULTS.md,
+  "Chains through memory").
 
 Relations only, deterministic solver limits."""
 
@@ -90,3 +93,26 @@ def test_a_long_chain_per_tile_is_not_exposed_in_full() -> None:
     fmas = 64 * 64 * 256 // lanes
     full = fmas * round(4 * 1e12 / hw.clock_hz)
     assert full / 2 < evaluate_cost(model, env)["compute"] < full
+
+
+def test_a_chain_continues_through_memory() -> None:
+    """[1 x lanes] register tiles of C, k's 256 steps in a loop around each: hoisted above
+    the loop at L1, or loaded and stored at every step of the loop at L3 (outside the
+    cores, where it cannot be hoisted): the same 256 updates in a row, and the same
+    compute. A loop along n inside the one along k makes the tiles' updates interleave:
+    no chain."""
+    lanes = load_hardware("cpu").compute.lanes["f32"]
+    tile = ("P=1", "V.C.m=1", f"V.C.n={lanes}", "V.C.k=1", "S.C.m=64", "L.C.m=1", "Q.C.m=1",
+            "Q.C.n=1")
+
+    def compute(*fixes: str) -> int:
+        model, env = solved_on_cpu(MATMUL, (), (*tile, *fixes))
+        return evaluate_cost(model, env)["compute"]
+
+    hoisted = compute(f"S.C.n={64 // lanes}", "L.C.n=1", "S.C.k=1", "L.C.k=1", "Q.C.k=256")
+    through_memory = compute(f"S.C.n={64 // lanes}", "L.C.n=1", "S.C.k=256", "L.C.k=1",
+                             "Q.C.k=1")
+    interleaved = compute("S.C.n=1", "S.C.k=256", "L.C.k=1", "Q.C.k=1",
+                          f"L.C.n={64 // lanes}")
+    assert through_memory == hoisted
+    assert interleaved < through_memory / 2

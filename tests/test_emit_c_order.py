@@ -19,7 +19,8 @@ from conftest import Case, forced
 from test_emit_c import assert_passes, emit_and_check
 from test_emit_c_region import kernel_source
 
-from synth.emit.c import CFLAGS, UNROLL_VECTORS
+from synth.emit.c import CFLAGS, UNROLL_STEPS, UNROLL_VECTORS
+from synth.hwfile import load_hardware
 
 SOFTMAX = Case.of("softmax", "cpu", {"N": 1 << 14})
 
@@ -144,3 +145,29 @@ def test_gcc_keeps_the_schedules_loop_order(tmp_path: Path) -> None:
         pytest.skip("this gcc does not interchange the strip's loops at -O3 anyway")
     flags = [f for f in CFLAGS if f not in ("-fopenmp", "-fPIC", "-shared")]
     assert "interchanged" not in report(flags)
+
+
+GEMM = (Path(__file__).resolve().parent.parent / "benchmarks" / "workloads"
+        / "matmul_f32.syn").read_text()
+
+
+def test_a_loop_of_single_reduction_steps_is_unrolled(tmp_path: Path) -> None:
+    """One step of k per register tile, 32 steps of the loop at L1 around it: unrolled to
+    `UNROLL_STEPS` steps per iteration (each step's counter and branch took the window's
+    place of the next tiles' FMAs: fa6's QK^T ran 2.6 cycles a step, 1.5 unrolled). With
+    8 steps in the register tile, the loop around it stays as it is."""
+    case = Case.of("matmul_f32", "cpu", {"M": 16, "N": 32, "K": 32}, text=GEMM)
+    lanes = load_hardware("cpu").compute.lanes["f32"]
+    tile = ("P=1", "fuse.C#1_C#2=1", "V.C#1_C#2.m=1", f"V.C#1_C#2.n={lanes}")
+    for steps, fixes in ((1, ("V.C#1_C#2.k=1", "Q.C#1_C#2.k=32")),
+                         (8, ("V.C#1_C#2.k=8", "Q.C#1_C#2.k=4"))):
+        built, program = forced(case, *tile, *fixes)
+        out = tmp_path / f"k{steps}"
+        assert_passes(emit_and_check(program, built.workload, out))
+        found = [(factor, groups) for factor, groups, _ in
+                 unrolled(kernel_source(out, "C_1_C_2")) if "Q.C#1_C#2.k" in groups]
+        if steps == 1:
+            assert [factor for factor, _ in found] == [UNROLL_STEPS], found
+            assert re.search(rf"< 32; \w+ \+= {UNROLL_STEPS}\) {{", found[0][1]), found
+        else:
+            assert not found, found

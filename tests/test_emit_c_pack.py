@@ -179,3 +179,17 @@ def test_only_walking_loops_inside_a_non_walking_one_are_slots() -> None:
     assert revisits(tile, [loop("h_n", 4), loop("s_k", 5)]) == ()  # every loop walks it
     assert revisits(tile, [loop("h_m", 3), loop("s_n", 1)]) == ()  # one step: no revisit
     assert revisits(tile, [loop("p_m", 2, LoopKind.PARALLEL), loop("s_n", 2)]) == ()
+
+
+def test_a_tile_that_is_one_run_of_its_tensor_is_not_packed(tmp_path: Path) -> None:
+    """A's L2 tile [1 x K] is one run of A already, in the order its panels would hold it:
+    packing would only copy it and check its origin at every step (fa6's QK^T with [1 x 1]
+    tiles of Q and [1 x 16] of kt checked both at each of its 262,144 steps). B's [K x 16]
+    (rows of B) is still packed."""
+    case = gemm_case({"M": 16, "N": 32, "K": 32})
+    built, program = fixed(case, "P=1", "fuse.C#1_C#2=1", "L.C#1_C#2.m=1",
+                           "Q.C#1_C#2.m=1", "V.C#1_C#2.m=1", "V.C#1_C#2.n=16")
+    assert {p.decl.tensor for p in packs(case, program).values()} == {"B"}
+    assert_passes(emit_and_check(program, built.workload, tmp_path))
+    source = (tmp_path / "kernels.c").read_text()
+    assert "pack_A" not in source and "pack_B_l2" in source

@@ -140,21 +140,26 @@ def chain_cost(kt: KernelTerms, stmt: Statement, vector: str | None, lanes: int)
 
 
 def updates_per_tile(kt: KernelTerms, stmt: Statement, vector: str | None) -> ex.Int:
-    """Updates in a row of one accumulator while its register tile stays in the
-    registers: the reduction's steps inside the tile (but along a vectorised reduced
-    dimension, which are separate accumulators) and those of the loops the tile is
-    hoisted above (`transfer_loops`: optional loops that no later loop walking the
-    target follows)."""
+    """Updates in a row of one accumulator: the reduction's steps inside its register
+    tile (but along a vectorised reduced dimension, which are separate accumulators) and
+    those of the loops around the tile that no later loop walking the target follows.
+    Those are the loops the tile is hoisted above (`transfer_loops`' optional loops) and
+    also the ones it cannot be (outside a parallel loop, `copy_loops`' fixed loops): there
+    the tile is loaded and stored at every step, and the next step's load waits for the
+    store (a chain through memory). fa6's QK^T with its d loop outside the cores' (one
+    step per [1 x 16] tile, 262,144 steps) ran 3.3 cycles a step, priced as independent
+    tiles (0.5 cycles: RESULTS.md, "Chains through memory")."""
     innermost = len(kt.slots) - 1
     use = kt.kernel.use(stmt.target)
-    loops = copy_loops(kt.slots, kt.kernel, innermost)
+    copies = copy_loops(kt.slots, kt.kernel, innermost)
+    loops = (*copies.fixed, *copies.optional)
     steps: list[ex.Int] = [kt.f(d, innermost) for d in kt.kernel.dims
                            if d not in use.indices and d != vector]
-    for pos, loop in enumerate(loops.optional):
+    for pos, loop in enumerate(loops):
         if loop.dim in use.indices:
             continue
         walks_later = ex.any_of(ex.greater_than_one(kt.f(lp.dim, lp.slot))
-                                for lp in loops.optional[pos:] if lp.dim in use.indices)
+                                for lp in loops[pos:] if lp.dim in use.indices)
         steps.append(ex.select(walks_later, 1, kt.f(loop.dim, loop.slot)))
     return ex.mul(*steps)
 

@@ -47,7 +47,10 @@ docs/architecture.md):
   `UNROLL_VECTORS` vectors per iteration where an iteration has fewer (a loop over groups
   of iterations around one the compiler unrolls completely, `#pragma GCC unroll`): one
   vector of exps per iteration ran 10-12% slower than four from the L3 (RESULTS.md, "Cost
-  fidelity round 5"). Neither changes the tiles or the order of the arithmetic.
+  fidelity round 5"). The innermost loop over a reduction's steps around a register
+  tile is unrolled to `UNROLL_STEPS` steps per iteration likewise (one FMA per step of
+  a loop of 64 ran 2.6 cycles a step, 1.5 unrolled: RESULTS.md, "Chains through
+  memory"). Neither changes the tiles or the order of the arithmetic.
 - A tile that may cross the tensor's edge (padded extents) is checked at run time: a
   full tile takes the vector path, a ragged one a scalar loop over its elements inside
   the tensor.
@@ -128,6 +131,7 @@ VECTOR_TYPES: Mapping[DType, tuple[str, str]] = {DType.F32: ("f32", "float"),
                                                  DType.I32: ("i32", "int32_t")}
 MAX_LOCAL_BYTES = 1 << 20  # innermost tiles live on the thread's stack
 UNROLL_VECTORS = 4  # vectors per iteration of the innermost loop over register tiles
+UNROLL_STEPS = 8  # steps per iteration of the innermost loop over a reduction's steps
 RESERVED = ("synth_run", "synth_threads", "kernel", "tensors", "vf32", "vi32", "uf32",
             "ui32", "SYNTH_VB", "SYNTH_W", "omp_get_thread_num")
 
@@ -476,9 +480,12 @@ class KernelWriter:
         another dimension inside, to unroll: up to `UNROLL_VECTORS` vectors per iteration
         of it, a divisor of its extent (1: as it is). The loops inside unroll on their own
         (a loop over 2 one-vector tiles folded after each pair: the pair's loop is unrolled
-        whole and the loop around it by 2)."""
+        whole and the loop around it by 2). And the innermost loop over the steps of a
+        reduction (`reduction_unroll`)."""
         var = loop.var
-        if var.dim != self.vector or var.step % self.lanes or any(
+        if var.dim != self.vector:
+            return self.reduction_unroll(loop)
+        if var.step % self.lanes or any(
                 isinstance(node, Loop) and node.var.dim != self.vector
                 for node in walk(loop.body)):
             return 1
@@ -486,6 +493,27 @@ class KernelWriter:
         while unroll > 1 and var.extent % unroll:
             unroll -= 1
         return max(unroll, 1)
+
+    def reduction_unroll(self, loop: Loop) -> int:
+        """Iterations of the innermost loop around a register tile (no loop inside it)
+        along a dimension every statement inside reduces, to unroll: up to
+        `UNROLL_STEPS` steps of the reduction per iteration (the register tile's own
+        included), a divisor of its extent. Each of its steps updates the same
+        accumulators: its counter, branch and addresses take the place in the
+        out-of-order window of the next tiles' updates. fa6's QK^T with one FMA per step
+        of a loop of 64 ran 2.6 cycles a step, 1.5 with the steps unrolled by 8
+        (RESULTS.md, "Chains through memory")."""
+        body = list(walk(loop.body))
+        computes = [node for node in body if isinstance(node, Compute)]
+        if not computes or not all(isinstance(node, Alloc | Load | Store | Fill | Compute)
+                                   for node in body) or any(
+                loop.var.dim not in self.w.workload.statement(node.statement).reduced
+                for node in computes):
+            return 1
+        unroll = max(min(loop.var.extent, UNROLL_STEPS // loop.var.step), 1)
+        while loop.var.extent % unroll:
+            unroll -= 1
+        return unroll
 
     def unrolled(self, code: Code, loop: Loop, unroll: int) -> None:
         """`loop` as a loop over groups of `unroll` iterations around a loop over one

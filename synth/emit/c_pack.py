@@ -23,10 +23,12 @@ scalar path).
 
 Every such tile with both a free and a reduced dimension, not indexed by every
 dimension of the target (`synth.vectors.packable_operand`), that the kernel never
-writes is packed. The copy walks the tensor in its order (rows in order; the panels'
-order read one vector per row of a wide tensor, a page apart), and an instance that
-already holds the tile at the same origin (a loop around it that does not walk it,
-e.g. swiglu's x panel across the steps along f) is not copied again: each instance
+writes is packed, but one that is a single run of its tensor already (one row: every
+axis but the last of extent 1), which packing would only copy. The copy walks the
+tensor in its order (rows in order; the panels' order read one vector per row of a
+wide tensor, a page apart), and an instance that already holds the tile at the same
+origin (a loop around it that does not walk it, e.g. swiglu's x panel across the steps
+along f) is not copied again: each instance
 keeps the origin it holds, reset at the kernel's start. Where a loop that does not
 walk the tile has loops that do inside it (loops m > n around B's panel: each step
 along m meets B's panels again), the instance holds one slot per combination of those
@@ -172,6 +174,8 @@ def _pack(stmt: Statement, access: Access, tile: BufferDecl, reg: BufferDecl,
     dims = tile.dims
     if not packable_operand(stmt, access) or reg.dims != dims or tuple(access.indices) != dims:
         return None
+    if all(extent == 1 for extent in tile.shape[:-1]):
+        return None  # one run of the tensor already, in the order the panels would hold it
     free = tuple(d for d in dims if d in stmt.indices)
     reduced = tuple(d for d in dims if d in stmt.reduced)
     block = {d: reg.shape[dims.index(d)] for d in free}
