@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from synth.constraints import expr as ex
 from synth.constraints import roofline
@@ -20,6 +20,7 @@ from synth.constraints.cost import (
     transfer_cost,
     transfer_count,
 )
+from synth.hardware import DIVIDER_OPS
 from synth.workload import Num, ReduceOp, Statement, Workload, op_classes
 
 
@@ -47,8 +48,10 @@ def vector_compute_cost(kt: KernelTerms, workload: Workload) -> ex.Int:
              if vector is not None and vector in s.reduced and width[s.name] > 1]
     issue = either(ex.add(ex.mul(per_point(kt.kernel.core, True), points), *folds),
                    ex.mul(per_point(kt.kernel.core, False), points))
-    chains = [either(chain_cost(kt, s, vector if width[s.name] > 1 else None, width[s.name]),
-                     chain_cost(kt, s, None, 1))
+    chains = [either(chain_cost(kt, s, vector if width[s.name] > 1 else None, width[s.name],
+                                routine_instructions(kt, s, width)),
+                     chain_cost(kt, s, None, 1,
+                                routine_instructions(kt, s, dict.fromkeys(width, 1))))
               for s in kt.kernel.core if s.reduced and roofline.accumulate_ps(s, compute)]
     if kt.kernel.online is not None:  # each statement over its own points; its own chains
         from synth.constraints.online_terms import core_compute, step_chains, step_prices
@@ -107,7 +110,8 @@ def fold_cost(kt: KernelTerms, stmt: Statement, vector: str, lanes: int) -> ex.I
     return ex.add(ex.mul(steps * (lane_op + shuffle), elements), ex.mul(op, elements, vectors))
 
 
-def chain_cost(kt: KernelTerms, stmt: Statement, vector: str | None, lanes: int) -> ex.Int:
+def chain_cost(kt: KernelTerms, stmt: Statement, vector: str | None, lanes: int,
+               routine: int = 0) -> ex.Int:
     """The time the accumulations of `stmt` (a core reduction) take by their dependences:
     each accumulator's updates in a row (`chain_points`) at the accumulate latency, where
     the out-of-order core does not find enough other work to fill the wait. It does
@@ -136,7 +140,29 @@ def chain_cost(kt: KernelTerms, stmt: Statement, vector: str | None, lanes: int)
     instructions = ex.ceil_div(kt.sequential_points(), lanes)
     shared = ex.ceil_div(ex.mul(instructions, updates_per_tile(kt, stmt, vector)),
                          compute.accumulate_window)
+    if routine:  # the routines between the tiles' chains take their place in the window
+        shared = ex.add(shared, ex.ceil_div(ex.mul(routine, instructions),
+                                            compute.accumulate_window))
     return ex.mul(latency, ex.ceil_div(ex.mul(chain, shared), ex.add(chain, shared)))
+
+
+def routine_instructions(kt: KernelTerms, stmt: Statement, width: Mapping[str, int]) -> int:
+    """The vector math routines and divider operations the kernel's prologue and
+    epilogue run per vector of `stmt`'s target, in the FMAs of `stmt` that issue in the
+    same time (`width`: each statement's elements per instruction). Between the register
+    tiles' chains they fill the out-of-order window, and less of the next tiles' chains
+    runs beside the current one (`chain_cost`). fa6's QK^T fused with its epilogue
+    (subtract, exp, sqrt, recip per element; 64 updates per 1 x 16 tile) ran 163 cycles a
+    tile, priced 136 without them and 167 with; a micro-benchmark of that shape, 165
+    (RESULTS.md, "Chains through memory"). Other statements' instruction or two per
+    vector are within the window's own fit."""
+    compute = kt.hw.compute
+    lanes = width[stmt.name]
+    per_fma = roofline.point_ps(stmt, compute, lanes) * lanes
+    long = [s for s in kt.kernel.prologue + kt.kernel.epilogue
+            if any(c in ROUTINES or c in DIVIDER_OPS for c in op_classes(s.expr))]
+    return round(sum(roofline.point_ps(s, compute, width[s.name]) * lanes
+                     for s in long) / per_fma) if long and per_fma else 0
 
 
 def updates_per_tile(kt: KernelTerms, stmt: Statement, vector: str | None) -> ex.Int:
