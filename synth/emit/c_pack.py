@@ -15,6 +15,10 @@ loads it, into a contiguous buffer laid out in the order the micro-kernel reads 
 where a free dimension is one the operand shares with the target and its block is the
 register tile's extent along it. A register tile of the operand is then one
 contiguous run of the buffer, and the next step of the reduction reads the next run.
+Where the loops inside the tile walk a free dimension's blocks inside the reduction's
+steps, the blocks and the reduced dimensions take the order of those loops instead
+(`panel_order`: [k][n / 16][n % 16] for a loop over n inside one over k), so the
+register tiles read one after another are still neighbours.
 Along the vector dimension the buffer is contiguous even when the tensor is not (an
 operand indexed by it before its last axis is gathered from the tensor once, when
 packed, instead of at every register tile). Elements of a tile past the tensor's edge
