@@ -47,9 +47,10 @@ repeated calls pay no page faults.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from synth.emit.cstyle import Code
@@ -67,6 +68,17 @@ ALIGN = 64  # bytes: a cache line, and an AVX-512 vector
 
 
 @dataclass(frozen=True)
+class Part:
+    """A loop inside a packed tile that walks one of its dims: its steps are one axis of
+    the panels (`Pack.parts`)."""
+
+    var: str  # the IR loop variable
+    dim: str
+    extent: int
+    step: int  # elements of `dim` per iteration
+
+
+@dataclass(frozen=True)
 class Pack:
     """A cache tile of a contraction operand, packed into panels of register tiles."""
 
@@ -78,9 +90,12 @@ class Pack:
     # loops around its allocation that walk it, inside one that does not: one slot (a
     # packed tile) per combination of them, so a tile met again is not packed again
     slots: tuple[tuple[str, int], ...] = ()
-    # the free dims' blocks and the reduced dims in the panels' order, major first (empty:
-    # the blocks, then the reduction, as a micro-kernel walking the reduction reads them)
-    order: tuple[str, ...] = ()
+    # the loops inside the tile in nest order, as the panels' axes, major first, then the
+    # register tile's extent along each reduced dim and the block's offsets (`reg`);
+    # empty: the blocks, then the reduction, as a micro-kernel walking the reduction
+    # reads them (`panel_parts`)
+    parts: tuple[Part, ...] = ()
+    reg: Mapping[str, int] = field(default_factory=dict)  # the register tile's extents
 
     @property
     def elements(self) -> int:
@@ -100,26 +115,47 @@ class Pack:
     def blocks(self) -> list[tuple[str, int]]:
         return [(d, self.extent(d) // self.block[d]) for d in self.free]
 
-    def layout(self) -> tuple[str, ...]:
-        return self.order or self.free + self.reduced
-
-    def flat(self, blocks: Mapping[str, str], reduced: Mapping[str, str],
-             inner: Mapping[str, str]) -> str:
-        """The packed index (a C expression) of the element in block `blocks[d]` along
-        each free dim, at `reduced[d]` along each reduced one and `inner[d]` within its
-        block: the blocks and the reduction in the panels' order, then the offsets."""
-        major = [(blocks[d], self.extent(d) // self.block[d]) if d in self.block
-                 else (reduced[d], self.extent(d)) for d in self.layout()]
-        return _flat(major + [(inner[d], self.block[d]) for d in self.free])
+    def flat(self, major: Mapping[str, str], inner: Mapping[str, str]) -> str:
+        """The packed index (a C expression) of an element: by `Pack.parts`, each part's
+        step (`major`, by loop variable), then its place in the register tile (`inner`,
+        by dim: along the reduced dims, then within the blocks); without parts, its block
+        along each free dim and its place along each reduced one (`major`, by dim), then
+        its place in the block (`inner`)."""
+        if self.parts:
+            return _flat([(major[p.var], p.extent) for p in self.parts]
+                         + [(inner[d], self.reg[d]) for d in self.reduced]
+                         + [(inner[d], self.block[d]) for d in self.free])
+        return _flat([(major[d], n) for d, n in self.blocks()]
+                     + [(major[d], self.extent(d)) for d in self.reduced]
+                     + [(inner[d], self.block[d]) for d in self.free])
 
     def index(self, start: Mapping[str, Affine], offset: Mapping[str, str],
               affine: Callable[[Affine], str]) -> str:
         """The packed element at `start[d]` + `offset[d]` from the tile's first element:
         `start` is a register tile's place in the tile (a whole number of blocks along
         the free dims), `offset` a C expression of the place within the register tile."""
-        return self.flat({d: affine(exact_div(start[d], self.block[d])) for d in self.free},
-                         {d: _plus(affine(start[d]), offset[d]) for d in self.reduced},
-                         {d: offset[d] for d in self.free})
+        if self.parts:
+            steps = {p.var: p for p in self.parts}
+            for at in start.values():
+                if at.const or any(steps[v].step != c for v, c in at.terms if v in steps):
+                    raise ValueError(f"{at} is not a sum of the steps of {self.decl.name}'s "
+                                     "loops")
+            return self.flat({p.var: affine(Affine(((p.var, 1),), 0)) for p in self.parts},
+                             offset)
+        return self.flat({**{d: affine(exact_div(start[d], self.block[d])) for d in self.free},
+                          **{d: _plus(affine(start[d]), offset[d]) for d in self.reduced}},
+                         offset)
+
+    def describe(self) -> str:
+        """The panels' layout, major first, for a comment."""
+        if self.parts:
+            major = "".join(f"[{p.dim} / {p.step} % {p.extent}]" for p in self.parts)
+            reg = "".join(f"[{d} % {self.reg[d]}]" for d in self.reduced)
+        else:
+            major = "".join(f"[{d} / {self.block[d]}]" for d in self.free) \
+                + f"[{', '.join(self.reduced)}]"
+            reg = ""
+        return major + reg + f"[{', '.join(f'{d} % {self.block[d]}' for d in self.free)}]"
 
 
 def _plus(base: str, offset: str) -> str:
@@ -203,31 +239,45 @@ def _pack(stmt: Statement, access: Access, tile: BufferDecl, reg: BufferDecl,
         if tile.shape[axis] % block[d] or not divisible(reg.origin[axis] - tile.origin[axis],
                                                         block[d]):
             return None
-    order = panel_order(free + reduced, inside)
-    pack = Pack(tile, free, reduced, block, parallel, order=order)
+    extents = dict(zip(dims, reg.shape, strict=True))
+    parts = panel_parts(tile, extents, free, inside)
+    pack = Pack(tile, free, reduced, block, parallel, (), parts, extents)
     if pack.elements * pack.instances * tile.dtype.itemsize > MAX_PACK_BYTES:
         return None
-    slotted = Pack(tile, free, reduced, block, parallel, revisits(tile, around), order)
+    slotted = dataclasses.replace(pack, slots=revisits(tile, around))
     if slotted.elements * slotted.instances * slotted.slot_count * tile.dtype.itemsize \
             <= MAX_PACK_BYTES:
         return slotted
     return pack
 
 
-def panel_order(dims: tuple[str, ...], inside: Sequence[Loop]) -> tuple[str, ...]:
-    """The panels' order of `dims` (the free dims' blocks and the reduced dims, in
-    `Pack.layout`'s default order), major first: the order the loops between the tile's
-    allocation and the micro-kernel (`inside`, outermost first) walk them, so that the
-    register tiles one after another are neighbours in the buffer; a dim no loop there
-    walks goes first. Empty where that is the default (blocks, then the reduction). The
-    f32 matmul 1024x512x2048's sample 11 walks 32 blocks of B along n inside each step of
-    k: in [n / 16][k][n % 16] those register tiles were 16 KiB apart, all in one set of
-    the L1, and its kernel ran 91 ms against 38.8 modelled (RESULTS.md, "Panels in the
-    loops' order")."""
-    walked = {d: max((i for i, lp in enumerate(inside)
-                      if lp.var.dim == d and lp.var.extent > 1), default=-1) for d in dims}
-    order = tuple(sorted(dims, key=lambda d: walked[d]))
-    return () if order == dims else order
+def panel_parts(tile: BufferDecl, reg: Mapping[str, int], free: tuple[str, ...],
+                inside: Sequence[Loop]) -> tuple[Part, ...]:
+    """The panels' axes where the loops between the tile's allocation and the
+    micro-kernel (`inside`, outermost first) walk a free dim's blocks inside a step of the
+    reduction: those loops in their order (each loop's steps an axis), then the register
+    tile, so the register tiles read one after another are neighbours in the buffer.
+    Empty otherwise (the micro-kernel's panels: blocks, then the whole reduction), or
+    where the loops do not split each dim of the tile exactly into the register tile's
+    extent. The f32 matmul 1024x512x2048's sample 11 walks 32 blocks of B along n inside
+    each step of k: in [n / 16][k][n % 16] those register tiles were 16 KiB apart, all in
+    one set of the L1, and its kernel ran 91 ms against 38.8 modelled, 43 in the loops'
+    order (RESULTS.md, "Panels in the loops' order")."""
+    walking = [lp for lp in inside if lp.var.dim in tile.dims and lp.var.extent > 1]
+    innermost = {lp.var.dim: i for i, lp in enumerate(walking)}
+    if not any(innermost.get(d, -1) > i for i, lp in enumerate(walking)
+               if lp.var.dim not in free for d in free):
+        return ()  # no block walked inside a step of the reduction
+    parts = tuple(Part(lp.var.name, lp.var.dim, lp.var.extent, lp.var.step) for lp in walking)
+    for axis, d in enumerate(tile.dims):
+        covered = reg[d]
+        for part in sorted((p for p in parts if p.dim == d), key=lambda p: p.step):
+            if part.step != covered:
+                return ()
+            covered *= part.extent
+        if covered != tile.shape[axis]:
+            return ()
+    return parts
 
 
 def revisits(tile: BufferDecl, around: Sequence[Loop]) -> tuple[tuple[str, int], ...]:
@@ -368,10 +418,7 @@ class PackWriter:
         """Copy a cache tile from its tensor into its panels (0 past the tensor's edge):
         whole vectors where the panels' innermost dimension is the tensor's last."""
         decl = pack.decl
-        major = "".join(f"[{d} / {pack.block[d]}]" if d in pack.block else f"[{d}]"
-                        for d in pack.layout())
-        offsets = ", ".join(f"{d} % {pack.block[d]}" for d in pack.free)
-        code.comment(f"pack {_describe(decl)}: {major}[{offsets}], unless this instance "
+        code.comment(f"pack {_describe(decl)}: {pack.describe()}, unless this instance "
                      f"holds the tile at this origin already (the kernel does not write "
                      f"{decl.tensor})")
         instance = self.instance(pack)
@@ -421,19 +468,36 @@ class PackWriter:
         # one vector per row of a tensor with 11 KiB rows (swiglu's W1), a page apart,
         # and the copies took a third of the kernel
         loops: list[tuple[str, str]] = []
-        for d in decl.dims:
-            if d in pack.reduced:
-                loops.append((reduced[d], str(pack.extent(d))))
-            else:
-                loops += [(block[d], str(pack.extent(d) // pack.block[d])),
-                          (inner[d], str(pack.block[d] // step if d == last
-                                         else pack.block[d]))]
-        with _nested(code, loops, self.k.w.index_type):
+        offsets: dict[str, str] = {}
+        if pack.parts:  # each dim's parts, outer first, then its place in the register tile
+            part = {p.var: names(f"pp:{p.var}:{len(code.lines)}", f"p_{p.dim}")
+                    for p in pack.parts}
+            for d in decl.dims:
+                mine = sorted((p for p in pack.parts if p.dim == d), key=lambda p: -p.step)
+                loops += [(part[p.var], str(p.extent)) for p in mine]
+                if d in pack.reduced:
+                    loops.append((reduced[d], str(pack.reg[d])))
+                else:
+                    loops.append((inner[d], str(pack.block[d] // step if d == last
+                                                else pack.block[d])))
+                local = reduced[d] if d in pack.reduced else within[d]
+                offsets[d] = " + ".join([f"{part[p.var]} * {p.step}" for p in mine] + [local])
+            flat = pack.flat(part, {**reduced, **within})
+        else:
+            for d in decl.dims:
+                if d in pack.reduced:
+                    loops.append((reduced[d], str(pack.extent(d))))
+                else:
+                    loops += [(block[d], str(pack.extent(d) // pack.block[d])),
+                              (inner[d], str(pack.block[d] // step if d == last
+                                             else pack.block[d]))]
             offsets = {d: f"{block[d]} * {pack.block[d]} + {within[d]}" for d in pack.free}
             offsets.update(reduced)
+            flat = pack.flat({**block, **reduced}, within)
+        with _nested(code, loops, self.k.w.index_type):
             index = [self.k.offset(decl, i, offsets[d]) for i, d in enumerate(decl.dims)]
             source = self.k.address(root, index)
-            target = f"{self.name(pack)}[{pack.flat(block, reduced, within)}]"
+            target = f"{self.name(pack)}[{flat}]"
             if vector:
                 suffix = VECTOR_TYPES[decl.dtype][0]
                 code(f"vstore_{suffix}(&{target}, vload_{suffix}(&{source}));")
