@@ -238,3 +238,18 @@ def test_a_tile_walked_along_n_inside_k_is_packed_in_that_order(tmp_path: Path) 
         out = tmp_path / name
         assert_passes(emit_and_check(program, built.workload, out))
         assert "pack l2 tile of B [32x64]: [k / " in (out / "kernels.c").read_text()
+
+
+def test_panels_in_the_loops_order_with_ragged_tiles_under_the_sanitizers(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """M, N and K not multiples of the tiles (zeros packed past the edges), panels in the
+    loops' order: the result matches, and AddressSanitizer and UBSan find nothing."""
+    case = gemm_case({"M": 7, "N": 60, "K": 30})
+    built, program = fixed(case, "P=1", "fuse.C#2=1", "V.C#2.m=1", "V.C#2.n=16",
+                           "Q.C#2.n=4", "V.C#2.k=2", "L.C#2.k=4", "Q.C#2.k=4")
+    found = {p.decl.tensor: p for p in packs(case, program).values()}
+    assert [p.dim for p in found["B"].parts] == ["k", "n", "k"], found["B"]
+    assert_passes(emit_and_check(program, built.workload, tmp_path))
+    check = sanitized(tmp_path, monkeypatch)
+    assert "-fsanitize=address" in check.log
+    assert_passes(check)
