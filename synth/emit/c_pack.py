@@ -241,6 +241,10 @@ def _pack(stmt: Statement, access: Access, tile: BufferDecl, reg: BufferDecl,
             return None
     extents = dict(zip(dims, reg.shape, strict=True))
     parts = panel_parts(tile, extents, free, inside)
+    steps = {p.var: p.step for p in parts}
+    if any(start.const or any(steps.get(v, c) != c for v, c in start.terms)
+           for start in (r - t for r, t in zip(reg.origin, tile.origin, strict=True))):
+        parts = ()  # the register tile's place is not the sum of those loops' steps
     pack = Pack(tile, free, reduced, block, parallel, (), parts, extents)
     if pack.elements * pack.instances * tile.dtype.itemsize > MAX_PACK_BYTES:
         return None
