@@ -7,6 +7,7 @@ instruction"). Relations only, deterministic solver limits."""
 
 from __future__ import annotations
 
+import conftest
 import pytest
 from conftest import solved_on_cpu
 from test_cpu_model import MATMUL
@@ -15,13 +16,7 @@ from synth.constraints.cost import evaluate_cost
 from synth.hwfile import load_hardware
 from synth.pipeline import encode
 
-ROW_SUM = """
-size S = 64
-size D = 256
-in  x : f32[S, D]
-out sm : f32[S]
-sm[s] += x[s, d]
-"""
+ROW_SUM = conftest.ROW_SUM.replace("size D = 1024", "size D = 256")
 
 
 def register_moves(text: str, hw_set: tuple[str, ...], fixes: tuple[str, ...]) -> int:

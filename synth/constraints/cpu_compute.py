@@ -151,10 +151,11 @@ def routine_instructions(kt: KernelTerms, stmt: Statement, width: Mapping[str, i
     epilogue run per vector of `stmt`'s target, in the FMAs of `stmt` that issue in the
     same time (`width`: each statement's elements per instruction). Between the register
     tiles' chains they fill the out-of-order window, and less of the next tiles' chains
-    runs beside the current one (`chain_cost`). fa6's QK^T fused with its epilogue
-    (subtract, exp, sqrt, recip per element; 64 updates per 1 x 16 tile) ran 163 cycles a
-    tile, priced 136 without them and 167 with; a micro-benchmark of that shape, 165
-    (RESULTS.md, "Chains through memory"). Other statements' instruction or two per
+    runs beside the current one (`chain_cost`). fa6's samples that fuse the QK^T with its
+    epilogue (subtract, exp, sqrt, recip per element; 64 updates per 1 x 16 tile) ran
+    0.163-0.164 ms, priced 0.134 without them and 0.167 with; a micro-benchmark of that
+    shape ran 165 cycles a tile, 110 without the epilogue (RESULTS.md, "Chains through
+    memory"). Other statements' instruction or two per
     vector are within the window's own fit."""
     compute = kt.hw.compute
     lanes = width[stmt.name]

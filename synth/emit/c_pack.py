@@ -16,9 +16,9 @@ where a free dimension is one the operand shares with the target and its block i
 register tile's extent along it. A register tile of the operand is then one
 contiguous run of the buffer, and the next step of the reduction reads the next run.
 Where the loops inside the tile walk a free dimension's blocks inside the reduction's
-steps, the blocks and the reduced dimensions take the order of those loops instead
-(`panel_order`: [k][n / 16][n % 16] for a loop over n inside one over k), so the
-register tiles read one after another are still neighbours.
+steps, the panels take the order of those loops instead, each loop's steps an axis, then
+the register tile (`panel_parts`: [k][n / 16][n % 16] for a loop over n inside one over
+k), so the register tiles read one after another are still neighbours.
 Along the vector dimension the buffer is contiguous even when the tensor is not (an
 operand indexed by it before its last axis is gathered from the tensor once, when
 packed, instead of at every register tile). Elements of a tile past the tensor's edge
@@ -49,7 +49,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -135,11 +135,9 @@ class Pack:
         `start` is a register tile's place in the tile (a whole number of blocks along
         the free dims), `offset` a C expression of the place within the register tile."""
         if self.parts:
-            steps = {p.var: p for p in self.parts}
-            for at in start.values():
-                if at.const or any(steps[v].step != c for v, c in at.terms if v in steps):
-                    raise ValueError(f"{at} is not a sum of the steps of {self.decl.name}'s "
-                                     "loops")
+            if not stepped(self.parts, start.values()):
+                raise ValueError(f"{dict(start)} is not a sum of the steps of "
+                                 f"{self.decl.name}'s loops")
             return self.flat({p.var: affine(Affine(((p.var, 1),), 0)) for p in self.parts},
                              offset)
         return self.flat({**{d: affine(exact_div(start[d], self.block[d])) for d in self.free},
@@ -241,9 +239,7 @@ def _pack(stmt: Statement, access: Access, tile: BufferDecl, reg: BufferDecl,
             return None
     extents = dict(zip(dims, reg.shape, strict=True))
     parts = panel_parts(tile, extents, free, inside)
-    steps = {p.var: p.step for p in parts}
-    if any(start.const or any(steps.get(v, c) != c for v, c in start.terms)
-           for start in (r - t for r, t in zip(reg.origin, tile.origin, strict=True))):
+    if not stepped(parts, (r - t for r, t in zip(reg.origin, tile.origin, strict=True))):
         parts = ()  # the register tile's place is not the sum of those loops' steps
     pack = Pack(tile, free, reduced, block, parallel, (), parts, extents)
     if pack.elements * pack.instances * tile.dtype.itemsize > MAX_PACK_BYTES:
@@ -265,8 +261,8 @@ def panel_parts(tile: BufferDecl, reg: Mapping[str, int], free: tuple[str, ...],
     where the loops do not split each dim of the tile exactly into the register tile's
     extent. The f32 matmul 1024x512x2048's sample 11 walks 32 blocks of B along n inside
     each step of k: in [n / 16][k][n % 16] those register tiles were 16 KiB apart, all in
-    one set of the L1, and its kernel ran 91 ms against 38.8 modelled, 43 in the loops'
-    order (RESULTS.md, "Panels in the loops' order")."""
+    one set of the L1, and the program ran 84.7 ms against 38.8 modelled, 43.2 in the
+    loops' order (RESULTS.md, "Panels in the loops' order")."""
     walking = [lp for lp in inside if lp.var.dim in tile.dims and lp.var.extent > 1]
     innermost = {lp.var.dim: i for i, lp in enumerate(walking)}
     if not any(innermost.get(d, -1) > i for i, lp in enumerate(walking)
@@ -282,6 +278,15 @@ def panel_parts(tile: BufferDecl, reg: Mapping[str, int], free: tuple[str, ...],
         if covered != tile.shape[axis]:
             return ()
     return parts
+
+
+def stepped(parts: Sequence[Part], starts: Iterable[Affine]) -> bool:
+    """Whether each of `starts` (a register tile's place in its packed tile, per axis) is
+    a sum of `parts`' loop variables times their steps (other variables: loops of one
+    step), with no constant."""
+    steps = {p.var: p.step for p in parts}
+    return not any(start.const or any(steps.get(v, c) != c for v, c in start.terms)
+                   for start in starts)
 
 
 def revisits(tile: BufferDecl, around: Sequence[Loop]) -> tuple[tuple[str, int], ...]:
