@@ -62,6 +62,18 @@ sm[s] += x[s, d]
 """
 
 
+def gemm(m: int, n: int, k: int) -> str:
+    """An f32 GEMM C = A B (M x K times K x N) without a fill: the cpu model's tests."""
+    return (f"size M = {m}\nsize N = {n}\nsize K = {k}\nin  A : f32[M, K]\n"
+            "in  B : f32[K, N]\nout C : f32[M, N]\nC[m, n] += A[m, k] * B[k, n]\n")
+
+
+def qk(s: int, d: int) -> str:
+    """Attention's scores s = Q K^T (S x D each), f32: the cpu model's tests."""
+    return (f"size S = {s}\nsize D = {d}\nin  Q : f32[S, D]\nin  K : f32[S, D]\n"
+            "out s : f32[S, S]\ns[i, j] += Q[i, d] * K[j, d]\n")
+
+
 # The UPMEM model before issue 13's measured numbers (double-buffered WRAM, host transfers
 # per row and DPU): the tests of the machinery it exercised (double buffering, prefetch in
 # the emitted C, printed nests) keep using it; the built-in upmem is the measured model.

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from conftest import ROW_SUM, solve
+from conftest import ROW_SUM, gemm, solve
 
 from synth.constraints import cost
 from synth.constraints import expr as ex
@@ -239,15 +239,7 @@ def test_a_tile_as_wide_as_its_register_tiles_costs_an_aliased_line_per_row() ->
     assert scale_objective(1024, (), wide) < 0.7 * scale_objective(1024, (), narrow)
 
 
-GEMM = """
-size M = 64
-size N = 512
-size K = 64
-in  A : f32[M, K]
-in  B : f32[K, N]
-out C : f32[M, N]
-C[m, n] += A[m, k] * B[k, n]
-"""
+GEMM = gemm(64, 512, 64)
 
 
 def test_an_accumulator_not_kept_waits_for_its_refills() -> None:

@@ -19,7 +19,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from conftest import solved_on_cpu
+from conftest import gemm, solved_on_cpu
 
 from synth.constraints import cpu_compute
 from synth.constraints import expr as ex
@@ -39,15 +39,7 @@ r[s]     = rsqrt(vs[s] / D + 0.00001)
 y[s, d]  = x[s, d] * r[s]
 """
 
-MATMUL = """
-size M = 64
-size N = 64
-size K = 256
-in  A : f32[M, K]
-in  B : f32[K, N]
-out C : f32[M, N]
-C[m, n] += A[m, k] * B[k, n]
-"""
+MATMUL = gemm(64, 64, 256)
 
 
 

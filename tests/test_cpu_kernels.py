@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from conftest import solve
+from conftest import gemm, solve
 from test_emit_c import assert_passes, emit_and_check
 
 from synth.constraints import expr as ex
@@ -21,15 +21,7 @@ from synth.lang import load_workload, parse_workload
 from synth.pipeline import encode
 from synth.workload import Workload
 
-MATMUL = """
-size M = 64
-size N = 64
-size K = 64
-in  A : f32[M, K]
-in  B : f32[K, N]
-out C : f32[M, N]
-C[m, n] += A[m, k] * B[k, n]
-"""
+MATMUL = gemm(64, 64, 64)
 
 
 def optimum(workload: Workload, hw_set: tuple[str, ...] = (),

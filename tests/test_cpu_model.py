@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import solve
+from conftest import gemm, solve
 
 from synth import hwunits
 from synth.constraints import expr as ex
@@ -21,15 +21,7 @@ from synth.pipeline import encode
 from synth.vectors import vector_dim
 from synth.workload import Workload
 
-MATMUL = """
-size M = 64
-size N = 64
-size K = 64
-in  A : f32[M, K]
-in  B : f32[K, N]
-out C : f32[M, N]
-C[m, n] += A[m, k] * B[k, n]
-"""
+MATMUL = gemm(64, 64, 64)
 
 SOFTMAX = """
 size N = 4096

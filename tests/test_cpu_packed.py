@@ -8,7 +8,7 @@ only, deterministic limits."""
 
 from __future__ import annotations
 
-from conftest import ROW_SUM, solved_on_cpu
+from conftest import ROW_SUM, qk, solved_on_cpu
 
 from synth.constraints import cost
 from synth.constraints import expr as ex
@@ -16,14 +16,7 @@ from synth.constraints.transfers import packed_moves
 from synth.hwfile import load_hardware
 from synth.pipeline import encode
 
-QK = """
-size S = 256
-size D = 64
-in  Q : f32[S, D]
-in  K : f32[S, D]
-out s : f32[S, S]
-s[i, j] += Q[i, d] * K[j, d]
-"""
+QK = qk(256, 64)
 
 
 

@@ -15,7 +15,7 @@ Relations only, deterministic solver limits."""
 from __future__ import annotations
 
 import pytest
-from conftest import solve, solved_on_cpu
+from conftest import qk, solve, solved_on_cpu
 
 from synth.constraints import cost, online_terms
 from synth.constraints import expr as ex
@@ -26,14 +26,7 @@ from synth.hwfile import load_hardware
 from synth.lang import load_workload
 from synth.pipeline import encode
 
-QK = """
-size S = 1024
-size D = 64
-in  Q : f32[S, D]
-in  K : f32[S, D]
-out s : f32[S, S]
-s[i, j] += Q[i, d] * K[j, d]
-"""
+QK = qk(1024, 64)
 
 # K's L2 tile [1024 x 2] under the loop over the queries (the measured schedule)
 QK_FIXES = ("S.s.i=1", "L.s.i=1", "Q.s.i=1", "V.s.i=1",
