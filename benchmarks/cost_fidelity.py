@@ -67,7 +67,7 @@ from synth.constraints import expr as ex
 from synth.constraints.cost import Model
 from synth.constraints.sample import random_schedule
 from synth.emit.c import emit_c
-from synth.emit.c_check import ONE_THREAD_ENV, WORKLOAD_FILE, check_c
+from synth.emit.c_check import ONE_THREAD_ENV, WORKLOAD_FILE, c_tensors, check_c
 from synth.hwfile import load_hardware
 from synth.ir.materialize import materialize
 from synth.ir.printer import print_program
@@ -199,9 +199,7 @@ def interleave_child(dirs: list[str], rounds: int, one_thread: bool) -> None:
     data = Path(dirs[0]) / "data"
     workload = pickle.loads((data / WORKLOAD_FILE).read_bytes())
     inputs = {t.name: np.load(data / f"input_{t.name}.npy") for t in workload.inputs}
-    tensors = [np.ascontiguousarray(inputs[name]) if name in inputs
-               else np.zeros(t.shape, dtype=t.dtype.numpy)
-               for name, t in workload.tensors.items()]
+    tensors = list(c_tensors(workload, inputs).values())
     pointers = (ctypes.c_void_p * len(tensors))(*(a.ctypes.data for a in tensors))
     libs = [ctypes.CDLL(str((Path(d) / LIBRARY).resolve())) for d in dirs]
     clock = time.thread_time if one_thread else time.perf_counter

@@ -110,12 +110,10 @@ def measure_child(spec: dict[str, Any]) -> dict[str, Any]:
     import time
     from pathlib import Path
 
-    import numpy as np
-
     from synth import numpy_eval
     from synth.constraints import cpsat
     from synth.emit.c import LIBRARY, emit_c
-    from synth.emit.c_check import _compare, build
+    from synth.emit.c_check import _compare, build, c_tensors
     from synth.ir.materialize import materialize
     from synth.pipeline import encode
     from synth.reference import compare, evaluate_errors, make_inputs
@@ -137,9 +135,7 @@ def measure_child(spec: dict[str, Any]) -> dict[str, Any]:
         built, log = build(Path(out))
         if not built:
             return {**spec, "error": log[-2000:]}
-        tensors = {name: (np.ascontiguousarray(inputs[name]) if name in inputs
-                          else np.zeros(t.shape, dtype=t.dtype.numpy))
-                   for name, t in workload.tensors.items()}
+        tensors = c_tensors(workload, inputs)
         lib = ctypes.CDLL(str(Path(out, LIBRARY).resolve()))
         pointers = (ctypes.c_void_p * len(tensors))(*(a.ctypes.data for a in tensors.values()))
         lib.synth_run(pointers)

@@ -35,6 +35,7 @@ import numpy as np
 from synth import pipeline
 from synth.constraints import combines, cost, intrinsic
 from synth.constraints.expr import evaluate
+from synth.emit.c_check import c_tensors
 from synth.emit.cstyle import identifier
 
 HARNESS = """#include "kernels.c"
@@ -102,9 +103,8 @@ def measure(out: Path, names: list[str], runs: int, threads: int) -> dict[str, d
 
 
 def _tensors(workload: Any, out: Path) -> list[np.ndarray]:
-    names = {t.name for t in workload.inputs}
-    return [np.ascontiguousarray(np.load(out / "data" / f"input_{name}.npy")) if name in names
-            else np.zeros(t.shape, dtype=t.dtype.numpy) for name, t in workload.tensors.items()]
+    inputs = {t.name: np.load(out / "data" / f"input_{t.name}.npy") for t in workload.inputs}
+    return list(c_tensors(workload, inputs).values())
 
 
 def main(argv: list[str]) -> int:

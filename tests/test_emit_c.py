@@ -23,10 +23,11 @@ from strategies import workloads
 
 from synth import numpy_eval
 from synth.emit.c import TARGET, emit_c
-from synth.emit.c_check import CCheck, check_c
+from synth.emit.c_check import ALIGN, CCheck, aligned, c_tensors, check_c
 from synth.hwfile import load_hardware
 from synth.ir.materialize import materialize
 from synth.ir.nodes import Program
+from synth.lang import load_workload
 from synth.reference import evaluate, evaluate_errors, make_inputs
 from synth.workload import Workload
 
@@ -203,3 +204,24 @@ def test_same_input_same_source(tmp_path: Path) -> None:
         emitted("attention", SMALL["attention"], out)
     assert ((tmp_path / "a" / "kernels.c").read_text()
             == (tmp_path / "b" / "kernels.c").read_text())
+
+
+def test_tensors_handed_to_the_c_start_on_a_cache_line() -> None:
+    """The emitted C's vectors are a whole number of vectors from a tensor's start, so
+    on a tensor off a line every load and store straddles two lines (fa6's QK^T ran 1.6x
+    slower so). The check and the benchmarks hand it aligned copies of the same values,
+    and zeros for the tensors that are not inputs."""
+    off = np.arange(1 << 16, dtype=np.float32)[1:].reshape(5, 13107)  # 4 bytes past a line
+    assert off.ctypes.data % ALIGN != 0
+    copy = aligned(off)
+    assert copy.ctypes.data % ALIGN == 0 and copy.flags.c_contiguous
+    assert np.array_equal(copy, off) and copy.shape == off.shape
+    workload = load_workload("softmax", {"N": 4097})
+    inputs = {name: np.concatenate([array[:1], array])[1:]  # one element past a line
+              for name, array in make_inputs(workload).items()}
+    assert all(array.ctypes.data % ALIGN != 0 for array in inputs.values())
+    tensors = c_tensors(workload, inputs)
+    assert list(tensors) == list(workload.tensors)
+    assert all(t.ctypes.data % ALIGN == 0 for t in tensors.values())
+    assert all(np.array_equal(tensors[name], inputs[name]) for name in inputs)
+    assert all(not tensors[t.name].any() for t in workload.outputs)

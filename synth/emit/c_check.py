@@ -53,6 +53,31 @@ ONE_THREAD_ENV = {"OMP_THREAD_LIMIT": "1", "OMP_NUM_THREADS": "1",
                   "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 TIMING_BUDGET_S = 0.5  # per side: repeat a short call until about this much was spent
 WORKLOAD_FILE = "workload.pkl"
+ALIGN = 64  # bytes: every tensor handed to the emitted C starts on a cache line
+
+
+def aligned(array: np.ndarray) -> np.ndarray:
+    """A C-contiguous copy of `array` whose data starts on an `ALIGN`-byte boundary.
+
+    The emitted C loads and stores whole vectors (64 bytes with AVX-512) at offsets that
+    are multiples of a vector from a tensor's start; on a tensor that starts elsewhere
+    every one of them straddles two lines. NumPy's large arrays (glibc's mmap'd blocks)
+    start 16 bytes past a page: fa6's QK^T with [1 x 16] register tiles, stored at every
+    step of d, ran 0.090 ms on aligned tensors and 0.143 with s and kt 16 bytes off
+    (RESULTS.md, "Tensors on cache lines")."""
+    raw = np.empty(array.nbytes + ALIGN, dtype=np.uint8)
+    start = -raw.ctypes.data % ALIGN
+    out = raw[start:start + array.nbytes].view(array.dtype).reshape(array.shape)
+    out[...] = array
+    return out
+
+
+def c_tensors(workload: Any, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Every tensor of `workload` as the emitted C takes it, in the workload's order:
+    the `inputs` given, the others zeros, each on an `ALIGN`-byte boundary (`aligned`)."""
+    return {name: aligned(inputs[name] if name in inputs
+                          else np.zeros(t.shape, dtype=t.dtype.numpy))
+            for name, t in workload.tensors.items()}
 
 
 @dataclass(frozen=True)
@@ -153,9 +178,8 @@ def run_child(out: Path, time_runs: bool, time_numpy: bool = True, quick: bool =
         return result
     workload = pickle.loads((out / "data" / WORKLOAD_FILE).read_bytes())
     inputs = {t.name: np.load(out / "data" / f"input_{t.name}.npy") for t in workload.inputs}
-    tensors = {name: (np.ascontiguousarray(inputs[name]) if name in inputs
-                      else np.zeros(t.shape, dtype=t.dtype.numpy))
-               for name, t in workload.tensors.items()}
+    tensors = c_tensors(workload, inputs)
+    inputs = {name: tensors[name] for name in inputs}  # NumPy reads the same aligned arrays
     lib = ctypes.CDLL(str((out / LIBRARY).resolve()))
     pointers = (ctypes.c_void_p * len(tensors))(*(a.ctypes.data for a in tensors.values()))
     checked = time.perf_counter()
