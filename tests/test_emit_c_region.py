@@ -51,7 +51,7 @@ def test_a_split_reduction_runs_in_one_region_per_call(tmp_path: Path) -> None:
     assert "#pragma omp parallel num_threads(2)\n" in body
     assert body.count("#pragma omp for") == 4  # two fills, the cores' loop, the combine
     # the partial results are allocated before the region (one buffer for all threads)
-    assert body.index("malloc") < body.index("#pragma omp parallel")
+    assert body.index("aligned_alloc") < body.index("#pragma omp parallel")
 
 
 def test_a_gemm_in_several_l3_steps_forks_once(tmp_path: Path) -> None:

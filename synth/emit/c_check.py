@@ -72,12 +72,15 @@ def aligned(array: np.ndarray) -> np.ndarray:
     return out
 
 
-def c_tensors(workload: Any, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+def c_tensors(workload: Any, inputs: Mapping[str, np.ndarray],
+              align: bool = True) -> dict[str, np.ndarray]:
     """Every tensor of `workload` as the emitted C takes it, in the workload's order:
-    the `inputs` given, the others zeros, each on an `ALIGN`-byte boundary (`aligned`)."""
-    return {name: aligned(inputs[name] if name in inputs
-                          else np.zeros(t.shape, dtype=t.dtype.numpy))
-            for name, t in workload.tensors.items()}
+    the `inputs` given, the others zeros, each on an `ALIGN`-byte boundary (`aligned`)
+    unless not `align` (then each its own allocation, C-contiguous)."""
+    tensors = {name: np.ascontiguousarray(inputs[name]) if name in inputs
+               else np.zeros(t.shape, dtype=t.dtype.numpy)
+               for name, t in workload.tensors.items()}
+    return {name: aligned(t) for name, t in tensors.items()} if align else tensors
 
 
 @dataclass(frozen=True)
@@ -178,8 +181,11 @@ def run_child(out: Path, time_runs: bool, time_numpy: bool = True, quick: bool =
         return result
     workload = pickle.loads((out / "data" / WORKLOAD_FILE).read_bytes())
     inputs = {t.name: np.load(out / "data" / f"input_{t.name}.npy") for t in workload.inputs}
-    tensors = c_tensors(workload, inputs)
-    inputs = {name: tensors[name] for name in inputs}  # NumPy reads the same aligned arrays
+    # under the sanitizers (CFLAGS -fsanitize=...), each tensor is its own allocation, so
+    # that a read past its end is past the allocation's
+    sanitized = "-fsanitize" in os.environ.get("CFLAGS", "")
+    tensors = c_tensors(workload, inputs, align=not sanitized)
+    inputs = {name: tensors[name] for name in inputs}  # NumPy reads the same arrays
     lib = ctypes.CDLL(str((out / LIBRARY).resolve()))
     pointers = (ctypes.c_void_p * len(tensors))(*(a.ctypes.data for a in tensors.values()))
     checked = time.perf_counter()
