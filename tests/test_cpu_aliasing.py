@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from conftest import ROW_SUM, gemm, solve
+from conftest import ROW_SUM, solve
 
 from synth.constraints import cost
 from synth.constraints import expr as ex
@@ -237,21 +237,3 @@ def test_a_tile_as_wide_as_its_register_tiles_costs_an_aliased_line_per_row() ->
     wide = ("P=1", "V.y.i=4", "V.y.j=32", "Q.y.i=16", "Q.y.j=1")
     assert scale_objective(1024, (), wide) > 2 * scale_objective(1024, NO_STRIPS, wide)
     assert scale_objective(1024, (), wide) < 0.7 * scale_objective(1024, (), narrow)
-
-
-GEMM = gemm(64, 512, 64)
-
-
-def test_an_accumulator_not_kept_waits_for_its_refills() -> None:
-    """C's L1 tile [32 x 256] (rows 2 KiB apart: 24 stay) swept by [8 x 32] register
-    tiles at every step of k: the tile is not kept, each register tile loads its rows
-    from the L2 and stores them back, and the FMAs wait on those loads, so the fills add
-    to compute rather than overlap it (the f32 matmul 1024x512x2048 so ran 42.3 ms,
-    priced 21.1 with the fills overlapping: RESULTS.md, "Accumulators refilled in
-    line"). With 16 rows the tile stays, and it is priced alike with and without the
-    L1's aliasing prices (`NO_STRIPS` turns `transfers.refills` off)."""
-    def tiles(rows: int) -> tuple[str, ...]:
-        return ("P=1", "V.C.m=8", "V.C.n=32", "V.C.k=1", f"Q.C.m={rows}", "Q.C.n=8",
-                "Q.C.k=1", "L.C.k=64")
-    assert objective((), tiles(4), GEMM) > 1.1 * objective(NO_STRIPS, tiles(4), GEMM)
-    assert objective((), tiles(2), GEMM) == objective(NO_STRIPS, tiles(2), GEMM)

@@ -848,24 +848,16 @@ def statement_ops(stmt: Statement) -> Counter[str]:
 
 
 def transfer_cost(kt: KernelTerms, workload: Workload, mem: Memory, slot: int) -> ex.Int:
+    from synth.constraints.combines import exchanged_on_device
     if warm(workload, mem):
         return ex.ZERO
-    return ex.scale(ex.add(*(use_moves(kt, workload, use, mem, slot) for use in kt.moving())),
-                    serial_units(kt, mem, slot))
-
-
-def serial_units(kt: KernelTerms, mem: Memory, slot: int) -> ex.Int:
-    """The units between `mem`'s sharing level and `slot`'s, whose moves one after the
-    other `transfer_cost` counts."""
     shared = kt.hw.level_index(mem.shared_by)
-    return ex.mul(*(kt.units(s) for s in kt.spatial_between(shared, kt.slots[slot].level_index)))
-
-
-def use_moves(kt: KernelTerms, workload: Workload, use: TensorUse, mem: Memory, slot: int
-              ) -> ex.Int:
-    """One unit's moves of `use`'s tiles into `mem` (none where the units exchange them)."""
-    from synth.constraints.combines import exchanged_on_device
-    return ex.select(exchanged_on_device(kt, use, slot), 0, _moves(kt, workload, use, mem, slot))
+    serial = ex.mul(*(kt.units(s) for s in kt.spatial_between(shared,
+                                                              kt.slots[slot].level_index)))
+    total = [ex.select(exchanged_on_device(kt, use, slot), 0, _moves(kt, workload, use, mem,
+                                                                      slot))
+             for use in kt.moving()]
+    return ex.scale(ex.add(*total), serial)
 
 
 def _moves(kt: KernelTerms, workload: Workload, use: TensorUse, mem: Memory, slot: int

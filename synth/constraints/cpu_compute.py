@@ -17,12 +17,9 @@ from synth.constraints.cost import (
     _memory_slots,
     around_points,
     copy_loops,
-    serial_units,
+    transfer_cost,
     transfer_count,
-    use_moves,
-    warm,
 )
-from synth.constraints.transfers import refills
 from synth.hardware import DIVIDER_OPS
 from synth.workload import Num, ReduceOp, Statement, Workload, op_classes
 
@@ -219,9 +216,7 @@ def exposed_cost(kt: KernelTerms, workload: Workload) -> dict[str, ex.Int]:
     move over 3x compute's time, and as a term of its own it tripled CP-SAT's time on
     attention at S=4096). Measured per kernel (benchmarks/kernel_times.py): a GEMM
     whose register tile reloads its accumulators every step of the reduction runs in
-    compute + 0.6-0.9 x its register moves, not in the longer of the two. An accumulator
-    whose L1 tile is not kept between its register tiles (`transfers.refills`) adds its
-    L1 fills instead: its loads wait on them."""
+    compute + 0.6-0.9 x its register moves, not in the longer of the two."""
     out: dict[str, ex.Int] = {}
     for slot, mem in _memory_slots(kt):
         if not (mem.overlap and mem.exposed) or mem.push is not None:
@@ -233,12 +228,5 @@ def exposed_cost(kt: KernelTerms, workload: Workload) -> dict[str, ex.Int]:
             latency_ps=round(mem.latency_ps * mem.exposed),
             write_latency_ps=(None if mem.write_latency_ps is None
                               else round(mem.write_latency_ps * mem.exposed)))
-        if warm(workload, share):
-            continue
-        # an accumulator refilled from the parent at every register tile: its loads wait
-        # for those fills, which take the place of their exposed share (`refills`)
-        moves = (refills(kt, workload, use, use_moves(kt, workload, use, share, slot))
-                 for use in kt.moving())
-        out[f"transfer:{parent.name}->{mem.name}"] = ex.scale(ex.add(*moves),
-                                                              serial_units(kt, mem, slot))
+        out[f"transfer:{parent.name}->{mem.name}"] = transfer_cost(kt, workload, share, slot)
     return out

@@ -213,11 +213,15 @@ def aliased_moves(kt: KernelTerms, workload: Workload, use: TensorUse, mem: Memo
     gather; reading each row's elements of the tile in a row instead ran 2x slower:
     RESULTS.md, "Gathered row reductions".)"""
     normal = tensor_transfer_cost(kt, use, mem, slot, itemsize)
-    rows = rows_that_alias(kt, workload, use, mem, slot)
-    if rows is None:
-        return normal
-    inner, held = rows
+    inner = next((i for i in range(slot + 1, len(kt.slots))
+                  if kt.slots[i].kind is SlotKind.TEMPORAL), None)
     vector = kt.kernel.vector
+    if (inner is None or not kt.hw.compute.vector_tiles or len(use.indices) < 2
+            or packed_operand(kt, use)):
+        return normal  # rows alias only in a tensor with rows
+    held = aliased_rows(mem, workload.tensors[use.tensor].shape[-1] * itemsize)
+    if held is None:
+        return normal
     if vector not in use.indices[:-1]:  # not gathered: a strip walked down its rows?
         return strip_moves(kt, use, mem, slot, inner, itemsize, held, normal)
     width = max(roofline.lanes(s, vector, workload, kt.hw.compute) for s in kt.kernel.statements)
@@ -231,89 +235,7 @@ def aliased_moves(kt: KernelTerms, workload: Workload, use: TensorUse, mem: Memo
     return fresh if aliased is True else ex.select(aliased, fresh, normal)
 
 
-def rows_that_alias(kt: KernelTerms, workload: Workload, use: TensorUse, mem: Memory,
-                    slot: int) -> tuple[int, int] | None:
-    """(the next temporal slot in, how many rows stay: `aliased_rows`) where `use`'s tiles
-    in `mem` are rows of a tensor that may alias in `mem`'s sets (`aliased_moves`), or
-    None: rows alias only in a tensor with rows, not packed, in a memory with `ways`."""
-    inner = next((i for i in range(slot + 1, len(kt.slots))
-                  if kt.slots[i].kind is SlotKind.TEMPORAL), None)
-    if (inner is None or not mem.ways or not kt.hw.compute.vector_tiles
-            or kt.kernel.online is not None or len(use.indices) < 2 or packed_operand(kt, use)):
-        return None
-    itemsize = workload.tensors[use.tensor].dtype.itemsize
-    held = aliased_rows(mem, workload.tensors[use.tensor].shape[-1] * itemsize)
-    return None if held is None else (inner, held)
-
-
 SHORT_ROW_LINES = 6  # rows of at most this many lines come in one at a time (`strip_moves`)
-
-
-@dataclasses.dataclass(frozen=True)
-class Strip:
-    """How the loops walk a tile of rows that alias (`strip_moves`), each a condition on
-    the schedule: more rows than stay (`many`), each register tile's rows a visit of the
-    tile's rows (`visits`: a row at most a line wide, or as wide as the register tile),
-    rows of at most `SHORT_ROW_LINES` lines (`short`)."""
-
-    many: ex.Cond | bool
-    visits: ex.Cond | bool
-    short: ex.Cond | bool
-
-    @staticmethod
-    def of(kt: KernelTerms, use: TensorUse, mem: Memory, slot: int, itemsize: int,
-           held: int) -> Strip:
-        line = max(mem.rules.multiple, itemsize)
-        rows, last = use.indices[-2], use.indices[-1]
-        # more rows than stay, in the tile or walked by the loops around it before they
-        # step to the rows' next line
-        walked = walked_rows(kt, rows, last, max(line // itemsize, 1), next_line=True)
-        width = ex.mul(itemsize, kt.tile(last, slot))
-        return Strip(
-            many=ex.any_of([ex.Cmp(kt.tile(rows, slot), ">", ex.const(held)),
-                            ex.Cmp(walked, ">", ex.const(held))]),
-            visits=ex.any_of([ex.Cmp(width, "<=", ex.const(line)),
-                              ex.Cmp(kt.f(last, slot), "==", ex.const(1))]),
-            short=ex.Cmp(width, "<=", ex.const(SHORT_ROW_LINES * line)))
-
-    def price(self, kept: ex.Int, visited: ex.Int, short: ex.Int, wide: ex.Int) -> ex.Int:
-        """`kept` where the rows stay; where more walk than stay, `visited` where each
-        register tile's rows are a visit, else `short` for rows of a few lines and `wide`
-        for wider ones (the tile is not kept: its rows stream in again for each register
-        tile)."""
-        return ex.select(self.many, ex.select(self.visits, visited,
-                                              ex.select(self.short, short, wide)), kept)
-
-
-def refills(kt: KernelTerms, workload: Workload, use: TensorUse, otherwise: ex.Int
-            ) -> ex.Int:
-    """`use`'s moves that its register tiles wait for: where the tensor is an accumulator
-    (the kernel reads and writes it) whose tile in the memory just outside the registers
-    (the L1) is rows that alias, more than stay, wider than a few lines and swept by
-    narrower register tiles (`Strip`'s `wide`), that tile's lines at that memory's rate
-    for every register tile; `otherwise` elsewhere.
-
-    Such a tile is not kept between the steps of the reduction around it: every register
-    tile loads its rows from the parent (the L2) and stores them back, and the update
-    waits on those loads. So they add to compute instead of hiding behind it
-    (`cpu_compute.exposed_cost` takes them in place of the registers' exposed share of
-    the tensor; `strip_moves` leaves them out of the memory's overlapping term).
-    Measured on AMD Zen 5, the f32 matmul 1024x512x2048 whose C tile in the L1 is [32 x
-    256], rows 2 KiB apart, swept by [8 x 32] and [8 x 16] register tiles at every step
-    of k (RESULTS.md, "Accumulators refilled in line"): 42.3 and 25.9 ms, priced 21.1
-    and 17.9 with the fills overlapping compute."""
-    memories = _memory_slots(kt)
-    if not (use.read and use.written) or len(memories) < 2:
-        return otherwise
-    slot, mem = memories[-2]
-    rows = rows_that_alias(kt, workload, use, mem, slot)
-    if rows is None or kt.kernel.vector in use.indices[:-1] or not mem.aliased_write_ps:
-        return otherwise
-    inner, held = rows
-    itemsize = workload.tensors[use.tensor].dtype.itemsize
-    fills = tensor_transfer_cost(kt, use, mem, inner, itemsize)
-    return Strip.of(kt, use, mem, slot, itemsize, held).price(otherwise, otherwise,
-                                                             otherwise, fills)
 
 
 def strip_moves(kt: KernelTerms, use: TensorUse, mem: Memory, slot: int, inner: int,
@@ -349,9 +271,7 @@ def strip_moves(kt: KernelTerms, use: TensorUse, mem: Memory, slot: int, inner: 
     A tile whose rows are a few lines wide (at most `SHORT_ROW_LINES`) walked by register
     tiles narrower than its rows: each visit of its rows costs a row's price, shared by
     the register tiles along the row (each pays 1 / f of it; no less than streamed).
-    Wider rows are streamed: the tile is not kept, and each register tile's lines come in
-    again at `mem`'s own rate, overlapping compute (an accumulator's wait on its loads
-    instead: `refills`, priced with the registers').
+    Wider rows are streamed.
     (Measured on AMD Zen 5, blocks of 32 rows 4 KiB apart read and written twice, by 8 x
     1-line tiles: 37, 52, 64, 55, 50 and 49 cycles a row at 1 to 6 lines a row, 30 at 7,
     24 at 8; 3 cycles a line with rows 4160 bytes apart. Attention S=1024's QK^T with
@@ -363,20 +283,25 @@ def strip_moves(kt: KernelTerms, use: TensorUse, mem: Memory, slot: int, inner: 
     line_ps = mem.aliased_write_ps if use.written else mem.aliased_read_ps
     if not line_ps:
         return normal
+    line = max(mem.rules.multiple, itemsize)
     line_ps //= held // mem.ways  # misses to as many sets overlap
-    cases = Strip.of(kt, use, mem, slot, itemsize, held)
-    # each register tile's rows a visit of the tile's rows (register tiles along a row,
-    # one after the other, find a row's next lines prefetched)
+    rows, last = use.indices[-2], use.indices[-1]
+    # more rows than stay, in the tile or walked by the loops around it before they step
+    # to the rows' next line
+    walked = walked_rows(kt, rows, last, max(line // itemsize, 1), next_line=True)
+    many = ex.any_of([ex.Cmp(kt.tile(rows, slot), ">", ex.const(held)),
+                      ex.Cmp(walked, ">", ex.const(held))])
+    # a row at most a line wide, or as wide as the register tile: each register tile's
+    # rows are a visit of the tile's rows (register tiles along a row, one after the
+    # other, find its next lines prefetched)
+    visits = ex.any_of([ex.Cmp(ex.mul(itemsize, kt.tile(last, slot)), "<=", ex.const(line)),
+                        ex.Cmp(kt.f(last, slot), "==", ex.const(1))])
     strip = tensor_transfer_cost(kt, use, per_row(mem, use, line_ps), inner, itemsize)
     # rows of a few lines, walked by register tiles narrower than them: each visit of
     # the tile's rows costs a row's price, shared by the register tiles along the row
-    shared = ex.maximum(normal, ex.ceil_div(strip, kt.f(use.indices[-1], slot)))
-    # wider rows: the prefetcher follows them, but the tile is not kept: each register
-    # tile's lines come in again at this memory's own rate, in line with compute for an
-    # accumulator (`refills`: not here), overlapping it otherwise
-    streamed = (normal if use.read and use.written
-                else ex.maximum(normal, tensor_transfer_cost(kt, use, mem, inner, itemsize)))
-    return cases.price(normal, strip, shared, streamed)
+    short = ex.Cmp(ex.mul(itemsize, kt.tile(last, slot)), "<=", ex.const(SHORT_ROW_LINES * line))
+    shared = ex.select(short, ex.maximum(normal, ex.ceil_div(strip, kt.f(last, slot))), normal)
+    return ex.select(many, ex.select(visits, strip, shared), normal)
 
 
 def per_row(mem: Memory, use: TensorUse, row_ps: int) -> Memory:
