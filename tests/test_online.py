@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -158,6 +159,8 @@ def test_a_blocked_step_with_qk_runs_in_vectors_and_matches_where_exp_overflows(
     assert "K's tile with j last (an outer product in vectors along j)" in source
     assert "an outer product in vectors along e" in source
     assert "in vectors along j (the online step's own vector dimension)" in source
+    # each row block's vector of K and V loaded once for its rows, not once per FMA
+    assert re.search(r"vf32 y0_ = vload_kept_f32\(", source)
     check = check_c(tmp_path, time_runs=False)
     assert check.passed, check.log[-3000:]
 

@@ -327,8 +327,10 @@ def outer_product(kw: KernelWriter, code: Code, node: Compute, stmt: Statement,
                 value = kw.locals[node.operands[other.tensor]].scalar(
                     {d: here[d] for d in other.indices})
                 code(f"v{suffix} x{r}_ = vsplat_{suffix}({value});")
+            # kept in a register for its rb uses (`vload_kept`: not a load per FMA)
+            load = "vload_kept" if rb > 1 else "vload"
             for c in range(block):
-                code(f"v{suffix} y{c}_ = vload_{suffix}({operand({**at_row(0, c), **red})});")
+                code(f"v{suffix} y{c}_ = {load}_{suffix}({operand({**at_row(0, c), **red})});")
                 for r in range(rb):
                     code(f"a_[{r}][{c}] += x{r}_ * y{c}_;")
         for r in range(rb):

@@ -33,6 +33,21 @@ static inline vf32 vload_f32(const float *p) { return *(const uf32 *)p; }
 static inline vi32 vload_i32(const int32_t *p) { return *(const ui32 *)p; }
 static inline void vstore_f32(float *p, vf32 v) { *(uf32 *)p = v; }
 static inline void vstore_i32(int32_t *p, vi32 v) { *(ui32 *)p = v; }
+/* a vector loaded once into a register for several uses. Without the empty asm, which
+ * claims to change the register, GCC may fold the load into every use (an FMA with a
+ * memory operand): one load per use on the load ports. An online step's outer product
+ * with 4 rows so issued 20 loads for 16 FMAs (attention S=1024's online kernel: 1.72 ms,
+ * 1.45 with the vector kept: RESULTS.md, "Outer products' vectors kept in registers") */
+#if (defined(__x86_64__) || defined(__i386__)) && (SYNTH_VB == 16 \
+    || (SYNTH_VB == 32 && defined(__AVX__)) || (SYNTH_VB == 64 && defined(__AVX512F__)))
+#define SYNTH_KEEP(v) __asm__("" : "+v"(v)) /* a vector the size of one register */
+#elif defined(__aarch64__) && SYNTH_VB == 16
+#define SYNTH_KEEP(v) __asm__("" : "+w"(v))
+#else
+#define SYNTH_KEEP(v) ((void)0)
+#endif
+static inline vf32 vload_kept_f32(const float *p) { vf32 v = *(const uf32 *)p; SYNTH_KEEP(v); return v; }
+static inline vi32 vload_kept_i32(const int32_t *p) { vi32 v = *(const ui32 *)p; SYNTH_KEEP(v); return v; }
 /* a scalar in every lane: the ISA's broadcast, which a load feeding it folds into (one
  * broadcasting load on a load port; `(vf32){0} + x` became a scalar load and a
  * register broadcast on the port an FMA needs: GEMM micro-kernels ran 1.3-1.7x slower) */
