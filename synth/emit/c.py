@@ -383,6 +383,8 @@ class KernelWriter:
         self.pending: set[str] = set()  # locals whose accumulators are not folded yet
         self.transposed: dict[str, str] = {}  # streamed local -> its copy with j last
         self.heap: list[str] = []  # root partials to free at the end
+        self.written = {writer.workload.statement(n.statement).target  # tensors it writes
+                        for n in walk(kernel.body) if isinstance(n, Compute)}
         self.in_parallel = False
         self.region = False  # inside the kernel's one parallel region (`one_region`)
         # the operands' cache tiles packed into panels (synth.emit.c_pack)
@@ -725,8 +727,9 @@ class KernelWriter:
                 suffix = VECTOR_TYPES[decl.dtype][0]
                 last = pack.free[-1] if pack is not None else dims[-1]
                 if last == local.vector:  # contiguous: one vector load or store
-                    if load:
-                        code(f"{slot} = vload_{suffix}(&{element});")
+                    if load:  # an operand's vector kept in its register (`vload_kept`)
+                        kind = "vload" if decl.tensor in self.written else "vload_kept"
+                        code(f"{slot} = {kind}_{suffix}(&{element});")
                     else:
                         code(f"vstore_{suffix}(&{element}, {slot});")
                 elif load:  # strided along the vector dimension: gathered (synth_vec.h)
