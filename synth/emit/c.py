@@ -357,6 +357,12 @@ class Local:
         return f"{self.name}[{self.slot(at)}][({lane}) % {self.lanes}]"
 
 
+def _indexing(workload: Workload, compute: Compute, tensor: str) -> set[str]:
+    """The dims that index `tensor` in `compute`'s statement."""
+    return {d for a in _accesses(workload.statement(compute.statement).expr)
+            if a.tensor == tensor for d in a.indices}
+
+
 class KernelWriter:
     """Renders one kernel's function."""
 
@@ -383,8 +389,13 @@ class KernelWriter:
         self.pending: set[str] = set()  # locals whose accumulators are not folded yet
         self.transposed: dict[str, str] = {}  # streamed local -> its copy with j last
         self.heap: list[str] = []  # root partials to free at the end
-        self.written = {writer.workload.statement(n.statement).target  # tensors it writes
-                        for n in walk(kernel.body) if isinstance(n, Compute)}
+        # register tiles each of whose vectors several of a compute's points read: an
+        # operand without one of the compute's dims, which its tile walks (a GEMM's B
+        # under a register tile of several rows)
+        self.reused = {buffer for n in walk(kernel.body) if isinstance(n, Compute)
+                       for tensor, buffer in n.operands.items()
+                       if any(extent > 1 and d not in _indexing(writer.workload, n, tensor)
+                              for d, extent in zip(n.dims, n.tile, strict=True))}
         self.in_parallel = False
         self.region = False  # inside the kernel's one parallel region (`one_region`)
         # the operands' cache tiles packed into panels (synth.emit.c_pack)
@@ -727,8 +738,8 @@ class KernelWriter:
                 suffix = VECTOR_TYPES[decl.dtype][0]
                 last = pack.free[-1] if pack is not None else dims[-1]
                 if last == local.vector:  # contiguous: one vector load or store
-                    if load:  # an operand's vector kept in its register (`vload_kept`)
-                        kind = "vload" if decl.tensor in self.written else "vload_kept"
+                    if load:  # a vector several points read kept in its register
+                        kind = "vload_kept" if decl.name in self.reused else "vload"
                         code(f"{slot} = {kind}_{suffix}(&{element});")
                     else:
                         code(f"vstore_{suffix}(&{element}, {slot});")

@@ -37,7 +37,7 @@ static inline void vstore_i32(int32_t *p, vi32 v) { *(ui32 *)p = v; }
  * claims to change the register, GCC may fold the load into every use (an FMA with a
  * memory operand): one load per use on the load ports. An online step's outer product
  * with 4 rows so issued 20 loads for 16 FMAs (attention S=1024's online kernel: 1.72 ms,
- * 1.45 with the vector kept: RESULTS.md, "Outer products' vectors kept in registers") */
+ * 1.45 with the vector kept: RESULTS.md, "Operand vectors kept in registers") */
 #if (defined(__x86_64__) || defined(__i386__)) && (SYNTH_VB == 16 \
     || (SYNTH_VB == 32 && defined(__AVX__)) || (SYNTH_VB == 64 && defined(__AVX512F__)))
 #define SYNTH_KEEP(v) __asm__("" : "+v"(v)) /* a vector the size of one register */
