@@ -69,8 +69,8 @@ from pathlib import Path
 
 import numpy as np
 
-from synth.emit.c_check import WORKLOAD_FILE, CCheck, check_c
-from synth.emit.c_pack import ALIGN, Pack, PackWriter, plan_packs
+from synth.emit.c_check import ALIGN, WORKLOAD_FILE, CCheck, check_c, padded
+from synth.emit.c_pack import Pack, PackWriter, plan_packs
 from synth.emit.c_parallel import one_region, parallel_units, unread_tensors
 from synth.emit.cstyle import ATOM, Code, CStyle, EmitError, Names, Typed, statement_text
 from synth.hardware import Hardware
@@ -557,7 +557,7 @@ class KernelWriter:
         if decl.memory == self.root:  # partial results of a split reduction
             name = self.w.names(f"buf:{self.kernel.name}:{decl.name}", decl.name)
             size = self.partial_count(decl) * math.prod(decl.shape)
-            nbytes = -(-decl.dtype.itemsize * size // ALIGN) * ALIGN
+            nbytes = padded(decl.dtype.itemsize * size)
             code(f"{ctype} *{name} = aligned_alloc({ALIGN}, {nbytes}); "
                  f"/* {describe(decl)} */")
             code(f"if (!{name}) abort();")

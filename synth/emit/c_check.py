@@ -53,7 +53,13 @@ ONE_THREAD_ENV = {"OMP_THREAD_LIMIT": "1", "OMP_NUM_THREADS": "1",
                   "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 TIMING_BUDGET_S = 0.5  # per side: repeat a short call until about this much was spent
 WORKLOAD_FILE = "workload.pkl"
-ALIGN = 64  # bytes: every tensor handed to the emitted C starts on a cache line
+ALIGN = 64  # bytes: a cache line and an AVX-512 vector; every tensor handed to the C starts on one
+
+
+def padded(nbytes: int) -> int:
+    """`nbytes` rounded up to a whole number of `ALIGN`: C11's `aligned_alloc` takes a
+    size that is a multiple of its alignment."""
+    return -(-nbytes // ALIGN) * ALIGN
 
 
 def aligned(array: np.ndarray) -> np.ndarray:

@@ -53,6 +53,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from synth.emit.c_check import ALIGN, padded  # panels start on a line, as tensors do
 from synth.emit.cstyle import Code
 from synth.hardware import Hardware
 from synth.ir.nodes import Affine, Alloc, BufferDecl, Compute, Kernel, Loop, LoopKind, Node
@@ -64,7 +65,6 @@ if TYPE_CHECKING:
 
 PACKING = True
 MAX_PACK_BYTES = 1 << 28  # all instances of one packed tile
-ALIGN = 64  # bytes: a cache line, and an AVX-512 vector
 
 
 @dataclass(frozen=True)
@@ -391,7 +391,7 @@ class PackWriter:
             store = self.store(pack)
             size = pack.elements * pack.instances * pack.slot_count * pack.decl.dtype.itemsize
             with code.block(f"if (!{store})"):
-                code(f"{store} = aligned_alloc({ALIGN}, {-(-size // ALIGN) * ALIGN});")
+                code(f"{store} = aligned_alloc({ALIGN}, {padded(size)});")
                 code(f"if (!{store}) abort();")
             keys = pack.instances * pack.slot_count * len(pack.decl.dims)
             code(f"{self.k.w.index_type} {self.key(pack)}[{keys}]; /* the origin each "
