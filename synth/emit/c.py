@@ -357,6 +357,14 @@ class Local:
         return f"{self.name}[{self.slot(at)}][({lane}) % {self.lanes}]"
 
 
+def _divisor(extent: int, most: int) -> int:
+    """The largest divisor of `extent` that is at most `most` (1 at least)."""
+    unroll = max(min(extent, most), 1)
+    while extent % unroll:
+        unroll -= 1
+    return unroll
+
+
 def _indexing(workload: Workload, compute: Compute, tensor: str) -> set[str]:
     """The dims that index `tensor` in `compute`'s statement."""
     return {d for a in _accesses(workload.statement(compute.statement).expr)
@@ -502,10 +510,7 @@ class KernelWriter:
                 isinstance(node, Loop) and node.var.dim != self.vector
                 for node in walk(loop.body)):
             return 1
-        unroll = min(var.extent, UNROLL_VECTORS // (var.step // self.lanes))
-        while unroll > 1 and var.extent % unroll:
-            unroll -= 1
-        return max(unroll, 1)
+        return _divisor(var.extent, UNROLL_VECTORS // (var.step // self.lanes))
 
     def reduction_unroll(self, loop: Loop) -> int:
         """Iterations of the innermost loop around a register tile (no loop inside it)
@@ -518,15 +523,12 @@ class KernelWriter:
         (RESULTS.md, "Chains through memory")."""
         body = list(walk(loop.body))
         computes = [node for node in body if isinstance(node, Compute)]
-        if not computes or not all(isinstance(node, Alloc | Load | Store | Fill | Compute)
-                                   for node in body) or any(
-                loop.var.dim not in self.w.workload.statement(node.statement).reduced
-                for node in computes):
+        innermost = all(isinstance(node, Alloc | Load | Store | Fill | Compute) for node in body)
+        reduces = all(loop.var.dim in self.w.workload.statement(node.statement).reduced
+                      for node in computes)
+        if not (computes and innermost and reduces):
             return 1
-        unroll = max(min(loop.var.extent, UNROLL_STEPS // loop.var.step), 1)
-        while loop.var.extent % unroll:
-            unroll -= 1
-        return unroll
+        return _divisor(loop.var.extent, UNROLL_STEPS // loop.var.step)
 
     def unrolled(self, code: Code, loop: Loop, unroll: int) -> None:
         """`loop` as a loop over groups of `unroll` iterations around a loop over one
