@@ -9,11 +9,12 @@ The constraint family that uses them is `synth.constraints.dst`.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from synth.limits import MAX_SIZE
+from synth.workload import Workload, accesses
 
 SYNC_MODES = ("half", "full")
 DST_KEYS = ("sync", *SYNC_MODES)
@@ -79,26 +80,68 @@ def is_statistic(indices: Sequence[str], others: Iterable[Sequence[str]]) -> boo
                                      tuple(o[:-1]) == tuple(indices) for o in others)
 
 
-def tile_units(indices: Iterable[Sequence[str]], edge: int) -> dict[str, int]:
+def tile_units(indices: Iterable[Sequence[str]], edge: int,
+               lines: Iterable[Sequence[str]] = ()) -> dict[str, int]:
     """Each index some tensor (given by its subscripts) is tiled along -> elements per tile
     along it: E for the indices of matrices (a vector indexed by one of them, a row's
     statistic, is a column of tiles: tt-lang's row reductions leave it in column 0; one
     indexed by a matrix's last index a row of tiles), E*E for the index of vectors alone
-    (32x32 tiles of a flat vector). Not tiled: the batch indices (`batch_indices`)."""
+    (32x32 tiles of a flat vector). Not tiled: the batch indices (`batch_indices`).
+    `lines`: the subscripts of those tensors the program lays out as a line of tiles
+    wherever it uses them (`lines_of_tiles`): E along their last index, the others batch
+    indices, in a kernel of vectors alone too."""
     subscripts = [tuple(ix) for ix in indices]
-    batch = batch_indices(subscripts)
-    in_matrix = {d for ix in subscripts if len(ix) > 1 for d in ix} - batch
+    lined = {tuple(ix) for ix in lines}
+    batch = batch_indices(subscripts, lined)
+    in_matrix = ({d for ix in subscripts if len(ix) > 1 for d in ix}
+                 | {ix[-1] for ix in lined if ix}) - batch
     in_vector = {ix[0] for ix in subscripts if len(ix) == 1}
     return {d: edge for d in in_matrix} | {d: edge * edge for d in in_vector - in_matrix}
 
 
-def batch_indices(subscripts: Sequence[tuple[str, ...]]) -> set[str]:
+def named_tile_units(tensors: Iterable[tuple[str, Sequence[str]]], edge: int,
+                     lines: Collection[str]) -> dict[str, int]:
+    """`tile_units` of a kernel's tensors, given as (name, subscripts); `lines`: the
+    names of the program's lines of tiles (`lines_of_tiles`)."""
+    named = [(name, tuple(ix)) for name, ix in tensors]
+    return tile_units([ix for _, ix in named], edge, [ix for name, ix in named if name in lines])
+
+
+def lines_of_tiles(workload: Workload) -> frozenset[str]:
+    """The tensors laid out as one line of tiles, E elements along each: a vector some
+    statement indexes by an index of one of its matrices (a row's statistic, `r[s]` of
+    `y[s, d] = xc[s, d] * r[s]`, a column; `g[d]` of it, a row) and a batched row
+    statistic (`is_statistic`: `m[b, h, i]` of `sc[b, h, i, j]`), and the vectors a
+    statement of vectors over one index uses with one of them. A kernel of such
+    tensors alone tiles them so too: its own tiling would be flat E x E tiles of them, not
+    the layout the rest of the program reads and writes."""
+    out: set[str] = set()
+    vectors_alone = []
+    for stmt in workload.statements:
+        named = [(stmt.target, stmt.indices), *((a.tensor, a.indices) for a in accesses(stmt.expr))]
+        subscripts = [ix for _, ix in named]
+        if len(set(subscripts)) == 1 and len(subscripts[0]) == 1:
+            vectors_alone.append({name for name, _ in named})
+        matrix = {d for ix in subscripts if len(ix) > 1 for d in ix} - batch_indices(subscripts)
+        out |= {name for name, ix in named
+                if (len(ix) == 1 and ix[0] in matrix) or is_statistic(ix, subscripts)}
+    while True:  # a statement of vectors over one index (`h[d] = g[d] + 1`) lays them alike
+        more = {name for group in vectors_alone if group & out for name in group} - out
+        if not more:
+            return frozenset(out)
+        out |= more
+
+
+def batch_indices(subscripts: Sequence[tuple[str, ...]],
+                  lines: Collection[tuple[str, ...]] = ()) -> set[str]:
     """The leading indices of tensors of rank 3 or more (all but the last two) and of
-    batched row statistics (`is_statistic`: all but the last) that no matrix or vector
-    is indexed by: batch and heads. A tensor may hold one in between its tiled indices
-    (the transformer's Wq[d, h, e], h a leading index of q[h, s, e], d one of xn[s, d]):
-    a block holds one head of it, its heads side by side along the columns."""
-    stats = [ix for ix in subscripts if is_statistic(ix, subscripts)]
+    batched row statistics (`is_statistic`, or of rank 2 or more among `lines`: all but
+    the last) that no matrix or vector is indexed by: batch and heads. A tensor may hold
+    one in between its tiled indices (the transformer's Wq[d, h, e], h a leading index of
+    q[h, s, e], d one of xn[s, d]): a block holds one head of it, its heads side by side
+    along the columns."""
+    stats = [ix for ix in subscripts
+             if is_statistic(ix, subscripts) or (len(ix) >= 2 and ix in lines)]
     lead = {d for ix in subscripts if len(ix) >= 3 and ix not in stats for d in ix[:-2]}
     lead |= {d for ix in stats for d in ix[:-1]}
     low = {d for ix in subscripts if len(ix) <= 2 and ix not in stats for d in ix}

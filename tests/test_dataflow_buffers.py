@@ -22,6 +22,7 @@ from synth.hwfile import load_hardware
 from synth.ir.dataflow import block_bytes, kernel_buffers, kernel_decls, kernel_usage
 from synth.ir.materialize import materialize
 from synth.ir.verify import verify
+from synth.tiles import lines_of_tiles
 
 # every built-in at reduced sizes that still leave several blocks (the simulated set of
 # tests/test_emit_ttlang.py); the integer ones as their f32 twins for the emitter
@@ -105,8 +106,8 @@ def test_an_accumulator_counts_in_l1_so_a_smaller_l1_changes_the_schedule(
     assert roles.get("acc") == 2
     [(count, needed)] = model_dataflow(outcome.model, outcome.result.env or {}).values()
     decls = kernel_decls(kernel)
-    without = sum(d.buffers * block_bytes(kernel, d, 32) for d in decls.values())
-    assert needed - without == 2 * block_bytes(kernel, decls["C_l1"], 32) > 0
+    without = sum(d.buffers * block_bytes(kernel, d, 32, ()) for d in decls.values())
+    assert needed - without == 2 * block_bytes(kernel, decls["C_l1"], 32, ()) > 0
     assert count == len(decls) + 1
     short = (f"l1.capacity={needed - 1}",)
     forced = _solve(str(f32_matmul(tmp_path)), {}, SPLIT_K, short)
@@ -181,5 +182,6 @@ def test_verify_counts_l1_in_whole_tiles_and_every_dataflow_buffer(tmp_path: Pat
     columns = [(kernel, decl) for kernel in attention.program.kernels
                for decl in kernel_decls(kernel).values() if decl.dims == ("i",)]
     assert columns  # the row max and sum
+    lines = lines_of_tiles(attention.workload)
     for kernel, decl in columns:
-        assert block_bytes(kernel, decl, 32) == decl.shape[0] // 32 * 32 * 32 * 4
+        assert block_bytes(kernel, decl, 32, lines) == decl.shape[0] // 32 * 32 * 32 * 4

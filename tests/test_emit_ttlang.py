@@ -263,6 +263,51 @@ def test_rank_3_tensors_and_a_batched_row_statistic(tmp_path: Path) -> None:
     assert "'r': (64, 32, False, True, (3, 64), (3,), False, ())" in source  # batched column
 
 
+BATCHED_ALONE = """size B = 3
+size M = 64
+size N = 64
+in  x : f32[B, M, N]
+out y : f32[B, M, N]
+m[b, i] max= x[b, i, n]
+r[b, i] = exp(m[b, i] * 0.5)
+y[b, i, n] = x[b, i, n] * r[b, i]
+"""  # r: a batched row statistic, computed in a kernel of statistics alone when unfused
+ROW_ALONE = """size N = 64
+in  x : f32[N, N]
+in  g : f32[N]
+out y : f32[N, N]
+h[j] = g[j] + 1
+y[i, j] = x[i, j] * h[j]
+"""  # h: a row of tiles in y, so g too in the kernel h alone
+
+
+@pytest.mark.parametrize(("workload", "sizes", "fixes"), [
+    # r[s] = rsqrt(vs[s] / D + eps) alone: vs and r are columns of tiles, as op_y reads r
+    ("layernorm", {"S": 64, "D": 64}, ("fuse.r=1",)),
+    ("batched_alone", {}, ("fuse.r=1", "fuse.y=1")),
+    ("row_alone", {}, ("fuse.y=1",)),
+])
+def test_a_kernel_of_vectors_alone_keeps_the_programs_layout_of_them(
+        workload: str, sizes: dict[str, int], fixes: tuple[str, ...], tmp_path: Path) -> None:
+    """Tiled alone, a kernel of vectors would take them as flat E x E tiles; the rest of
+    the program lays them out as columns (rows) of tiles, and so must it (and the
+    model): before, the simulator found other buffers than the schedule's (layernorm),
+    a wrong result (row_alone), or the emitter refused (batched_alone)."""
+    texts = {"batched_alone": BATCHED_ALONE, "row_alone": ROW_ALONE}
+    if workload in texts:
+        path = tmp_path / f"{workload}.syn"
+        path.write_text(texts[workload])
+        workload = str(path)
+    outcome = _emit(workload, sizes, tmp_path / "out", fixes)
+    alone = [k for k in outcome.model.kernels if k.name in ("r", "h")]
+    assert alone and set(alone[0].tile_units(32).values()) == {32}  # not 32 * 32
+    check = outcome.emitted.check if outcome.emitted else None
+    assert isinstance(check, TtlangCheck) and check.passed, check and check.log
+    assert (check.dram_tiles_read, check.dram_tiles_written) == (
+        check.model_tiles_read, check.model_tiles_written) == model_dram_tiles(
+        outcome.model, outcome.result.env or {})
+
+
 def test_a_wrong_view_of_the_heads_is_caught(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
                                              ) -> None:
     """mha with the leading indices' stride wrong (every batch reads batch 0's heads):

@@ -29,7 +29,7 @@ from synth.hwfile import load_hardware
 from synth.ir.nodes import Compute, walk
 from synth.lang import parse_workload
 from synth.pipeline import encode
-from synth.tiles import batch_dims, block_tiles, tile_units
+from synth.tiles import batch_dims, block_tiles, lines_of_tiles, tile_units
 
 FA6 = Case.of("fa6", "wormhole", {"S": 128, "D": 64})
 FUSED = "kt_s_u_p_r_O"
@@ -89,6 +89,20 @@ def test_vectors_indexed_by_a_matrix_row_are_columns_of_tiles() -> None:
     kernels = encode(workload, hw).kernels
     units = {k.name: tiled_units(workload, k, 32) for k in kernels}
     assert units["m"] == {"i": 32, "j": 32} and units["w"] == {"k": 1024}
+
+
+def test_lines_of_tiles_keep_their_layout_in_a_kernel_of_vectors_alone() -> None:
+    workload = parse_workload(
+        "size N = 64\nin x : f32[N, N]\nin g : f32[N]\nin v : f32[N]\nout y : f32[N, N]\n"
+        "out w : f32[N]\nm[i] max= x[i, j]\nr[i] = m[i] * 2\nh[j] = g[j] + 1\n"
+        "y[i, j] = x[i, j] * r[i] * h[j]\nw[k] = v[k] * 3\n", "t.syn", "t")
+    assert lines_of_tiles(workload) == {"m", "r", "h", "g"}  # w, v: a flat vector
+    assert tile_units([("i",)], 32) == {"i": 1024}
+    assert tile_units([("i",)], 32, [("i",)]) == {"i": 32}
+    assert tile_units([("b", "i")], 32, [("b", "i")]) == {"i": 32}  # b: a batch index
+    kernels = encode(workload, load_hardware("wormhole")).kernels
+    units = {k.name: tiled_units(workload, k, 32) for k in kernels}
+    assert units["r"] == {"i": 32} and units["h"] == {"j": 32} and units["w"] == {"k": 1024}
 
 
 def test_the_optimum_fits_dst_and_whole_tiles() -> None:

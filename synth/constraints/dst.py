@@ -39,7 +39,7 @@ from synth.constraints.space import KernelSpec, NamedConstraint
 if TYPE_CHECKING:
     from synth.constraints.cost import KernelTerms, Model
 from synth.errors import InputError
-from synth.tiles import block_tiles, tile_units
+from synth.tiles import block_tiles
 from synth.workload import BinOp, Call, Statement, Workload, accesses
 
 MAX_BUFFERS = 32  # dataflow (circular) buffers per core [tt-mlir; tt-lang-sim warns past it]
@@ -74,7 +74,7 @@ class Liveness:
 def tiled_units(workload: Workload, kernel: KernelSpec, edge: int) -> dict[str, int]:
     """Each dimension of `kernel` some tensor is tiled along -> elements per tile along it
     (`synth.tiles.tile_units`)."""
-    units = tile_units((use.indices for use in kernel.uses), edge)
+    units = kernel.tile_units(edge)
     return {d: u for d, u in units.items() if d in kernel.dims}
 
 

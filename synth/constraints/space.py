@@ -25,7 +25,7 @@ from synth.constraints.fusion import candidate_groups, needed_outside, online_pl
 from synth.constraints.online import ONLINE_PREFIX, OnlinePlan, is_candidate
 from synth.deadline import Deadline
 from synth.hardware import Hardware
-from synth.tiles import tile_units, tiled_extent
+from synth.tiles import lines_of_tiles, named_tile_units, tiled_extent
 from synth.vectors import vector_dim, vector_options
 from synth.workload import Access, Statement, Workload, accesses
 
@@ -93,6 +93,13 @@ class KernelSpec:
     # the dimension its register tiles are vectors along on models with vector registers
     # (`synth.vectors.vector_options`: a variant of the same group may take another one)
     vector: str | None = None
+    # the tensors it uses that the program lays out as lines of tiles (`lines_of_tiles`)
+    lines: frozenset[str] = frozenset()
+
+    def tile_units(self, edge: int) -> dict[str, int]:
+        """Each dimension some tensor is tiled along -> elements per tile along it, on a
+        model of `edge` x `edge` tiles (`synth.tiles.tile_units`)."""
+        return named_tile_units(((u.tensor, u.indices) for u in self.uses), edge, self.lines)
 
     def spans(self, stmt: Statement) -> bool:
         """Whether `stmt` is a core statement, iterating every loop of the kernel (the
@@ -171,7 +178,10 @@ def kernel_for(statements: Sequence[Statement], workload: Workload | None = None
         vector=vector_dim(statements),
     )
     completed = {stmt.target for stmt in _completed(spec)}
-    return dataclasses.replace(spec, uses=_tensor_uses(statements, workload, completed))
+    uses = _tensor_uses(statements, workload, completed)
+    lines = lines_of_tiles(workload) if workload is not None else frozenset()
+    return dataclasses.replace(spec, uses=uses,
+                               lines=frozenset(u.tensor for u in uses if u.tensor in lines))
 
 
 
@@ -340,8 +350,7 @@ def build_factors(kernels: Sequence[KernelSpec], hw: Hardware, slots: tuple[Slot
     pinned: dict[str, str] = {}
     root_slot = _root_temporal_slot(slots, hw)
     for kernel in kernels:
-        units = tile_units((use.indices for use in kernel.uses), hw.compute.tiling.edge) \
-            if hw.compute.tiling.edge else {}
+        units = kernel.tile_units(hw.compute.tiling.edge) if hw.compute.tiling.edge else {}
         for dim in kernel.dims:
             extent = tiled_extent(kernel.extents[dim], units.get(dim, 1))  # whole tiles
             largest = _largest_padding(extent, hw)

@@ -27,7 +27,6 @@ from synth.constraints import expr as ex
 from synth.constraints.space import TensorUse
 from synth.hardware import Memory
 from synth.ir.dataflow import IDENTITY
-from synth.tiles import tile_units
 from synth.workload import Num, Workload
 
 if TYPE_CHECKING:
@@ -38,7 +37,7 @@ def tile_scale(kt: KernelTerms, use: TensorUse) -> Fraction:
     """Bytes a block of `use` takes in tiles over the bytes of its elements: E^2 over the
     elements per tile along each of its indices (1 along a batch index)."""
     edge = kt.hw.compute.tiling.edge
-    units = tile_units((u.indices for u in kt.kernel.uses), edge)
+    units = kt.kernel.tile_units(edge)
     per_tile = 1
     for d in use.indices:
         per_tile *= units.get(d, 1)

@@ -64,7 +64,7 @@ from synth.ir.nodes import (
     Store,
     walk,
 )
-from synth.tiles import is_statistic, tile_units
+from synth.tiles import is_statistic, lines_of_tiles, named_tile_units
 from synth.workload import (
     Access,
     BinOp,
@@ -154,8 +154,9 @@ def layouts(program: Program, workload: Workload) -> dict[str, Layout]:
                 end = origin.max_value(extents) + size
                 ends[alloc.tensor][axis] = max(ends[alloc.tensor][axis], end)
     out = {}
-    columns, rows = _vector_kinds(program, workload)
-    row_axes = _row_axes(program, columns)
+    lines = lines_of_tiles(workload)
+    columns, rows = _vector_kinds(program, workload, lines)
+    row_axes = _row_axes(program, columns, lines)
     for name, shape in ends.items():
         if not shape:  # a scalar: one tile, the value at (0, 0) (a full reduction's place)
             out[name] = Layout(EDGE, EDGE, False, False)
@@ -176,7 +177,7 @@ def _pad(extent: int, unit: int) -> int:
     return -(-extent // unit) * unit
 
 
-def _row_axes(program: Program, columns: set[str]) -> dict[str, int]:
+def _row_axes(program: Program, columns: set[str], lines: frozenset[str]) -> dict[str, int]:
     """Per tensor of rank 2 or more that is not a column of tiles, the axis of its row
     index: its tiled indices (`synth.tiles.tile_units` over each kernel's tensors) are
     two, the second its last index, and the same in every kernel; the others are batch
@@ -185,7 +186,7 @@ def _row_axes(program: Program, columns: set[str]) -> dict[str, int]:
     where: dict[str, str] = {}
     for kernel in program.kernels:
         decls = [a for a, _ in _allocs(kernel.body, {})]
-        units = tile_units([a.dims for a in decls], EDGE)
+        units = named_tile_units([(a.tensor, a.dims) for a in decls], EDGE, lines)
         for a in decls:
             named = f"tensor {a.tensor}[{', '.join(a.dims)}] in kernel {kernel.name}"
             tiled = [axis for axis, d in enumerate(a.dims) if d in units]
@@ -208,34 +209,35 @@ def _row_axes(program: Program, columns: set[str]) -> dict[str, int]:
     return out
 
 
-def _vector_kinds(program: Program, workload: Workload) -> tuple[set[str], set[str]]:
+def _vector_kinds(program: Program, workload: Workload, lines: frozenset[str]
+                  ) -> tuple[set[str], set[str]]:
     """(columns, rows): a vector a statement indexes by the first tiled index of its 2-D
     space (its target's indices, and the reduced one of a row reduction: `r[s]` of
     `xn[s, d] = x[s, d] * r[s]`, `m[i] max= x[i, j]`) is a column of tiles, by the last
-    (`g[d]`) a row of tiles, broadcast down a block's rows; batched row statistics
+    (`g[d]`) a row of tiles, broadcast down a block's rows; a statement of vectors alone
+    (`h[d] = g[d] + 1`) lays them out alike; batched row statistics
     (`synth.tiles.is_statistic`) are columns. A vector no statement places so is a column
     when its kernel indexes a matrix's row by it, a row when only a matrix's last index;
     a vector that statements use both ways is exit 2."""
-    columns, rows = set(), set()
     placed: dict[str, tuple[str, str]] = {}  # vector -> (column or row, statement)
+    kernels = []
     for kernel in program.kernels:
         decls = [a for a, _ in _allocs(kernel.body, {})]
-        subscripts = [a.dims for a in decls]
-        units = tile_units(subscripts, EDGE)
+        units = named_tile_units([(a.tensor, a.dims) for a in decls], EDGE, lines)
+        kernels.append((decls, units))
         for name in dict.fromkeys(n.statement for n in walk(kernel.body)
                                   if isinstance(n, Compute)):
             stmt = workload.statement(name)
             space = [d for d in (stmt.dims if stmt.reduced else stmt.indices) if d in units]
-            for tensor, ix in ((stmt.target, stmt.indices),
-                               *((a.tensor, a.indices) for a in accesses(stmt.expr))):
-                if len(ix) != 1 or len(space) != 2 or ix[0] not in space:
-                    continue
-                kind = "column" if ix[0] == space[0] else "row"
-                if placed.setdefault(tensor, (kind, name))[0] != kind:
-                    raise EmitError(f"--emit ttlang: vector {tensor} is a {kind} of tiles in "
-                                    f"statement {name} and a {placed[tensor][0]} in statement "
-                                    f"{placed[tensor][1]}; one DRAM layout per tensor")
-        stats = [ix for ix in subscripts if is_statistic(ix, subscripts)]
+            for tensor, ix in _named_accesses(stmt):
+                if len(ix) == 1 and len(space) == 2 and ix[0] in space:
+                    _place(placed, tensor, "column" if ix[0] == space[0] else "row", name)
+    _spread_kinds(placed, workload)
+    columns, rows = set(), set()
+    for decls, units in kernels:
+        subscripts = [a.dims for a in decls]
+        stats = [a.dims for a in decls if is_statistic(a.dims, subscripts)
+                 or (len(a.dims) >= 2 and a.tensor in lines)]
         matrices = [[d for d in ix if d in units] for ix in subscripts
                     if len(ix) >= 2 and ix not in stats]
         last = {ix[-1] for ix in matrices if ix} - {ix[-2] for ix in matrices
@@ -250,6 +252,37 @@ def _vector_kinds(program: Program, workload: Workload) -> tuple[set[str], set[s
     columns |= {t for t, (kind, _) in placed.items() if kind == "column"}
     rows |= {t for t, (kind, _) in placed.items() if kind == "row"}
     return columns - {t for t, (kind, _) in placed.items() if kind == "row"}, rows
+
+
+def _named_accesses(stmt: Statement) -> list[tuple[str, tuple[str, ...]]]:
+    return [(stmt.target, stmt.indices), *((a.tensor, a.indices) for a in accesses(stmt.expr))]
+
+
+def _place(placed: dict[str, tuple[str, str]], tensor: str, kind: str, statement: str) -> bool:
+    """Record `tensor` as a `kind` of tiles by `statement`; whether it is new."""
+    if tensor not in placed:
+        placed[tensor] = (kind, statement)
+        return True
+    if placed[tensor][0] != kind:
+        raise EmitError(f"--emit ttlang: vector {tensor} is a {kind} of tiles in statement "
+                        f"{statement} and a {placed[tensor][0]} in statement "
+                        f"{placed[tensor][1]}; one DRAM layout per tensor")
+    return False
+
+
+def _spread_kinds(placed: dict[str, tuple[str, str]], workload: Workload) -> None:
+    """A statement of vectors over one index (`h[d] = g[d] + 1`) reads and writes them
+    tile by tile: the layout one of them is placed in, the others take."""
+    changed = True
+    while changed:
+        changed = False
+        for stmt in workload.statements:
+            named = _named_accesses(stmt)
+            if len({ix for _, ix in named}) != 1 or len(named[0][1]) != 1:
+                continue
+            for kind in {placed[t][0] for t, _ in named if t in placed}:
+                for tensor, _ in named:
+                    changed |= _place(placed, tensor, kind, stmt.name)
 
 
 def _allocs(body: tuple[Node, ...], extents: dict[str, int]

@@ -28,6 +28,7 @@ Bytes are whole tiles: E*E elements per tile (`synth.tiles.block_tiles`).
 from __future__ import annotations
 
 import math
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from synth.ir.nodes import (
@@ -43,7 +44,7 @@ from synth.ir.nodes import (
     Store,
     walk,
 )
-from synth.tiles import block_tiles, tile_units
+from synth.tiles import block_tiles, lines_of_tiles, named_tile_units
 from synth.workload import Num, Workload
 
 ACCUMULATOR_BLOCKS = 2  # an accumulator read and rewritten across a loop
@@ -183,10 +184,11 @@ def kernel_buffers(kernel: Kernel, workload: Workload,
     return out
 
 
-def block_bytes(kernel: Kernel, decl: BufferDecl, edge: int) -> int:
+def block_bytes(kernel: Kernel, decl: BufferDecl, edge: int, lines: Collection[str]) -> int:
     """Bytes one block of `decl` takes: its whole tiles (`synth.tiles.block_tiles`, the
-    kernel's tiled indices), E*E elements each."""
-    units = tile_units([d.dims for d in kernel_decls(kernel).values()], edge)
+    kernel's tiled indices; `lines`: `synth.tiles.lines_of_tiles`), E*E elements each."""
+    units = named_tile_units([(d.tensor, d.dims) for d in kernel_decls(kernel).values()], edge,
+                             lines)
     tiles = block_tiles(decl.dims, dict(zip(decl.dims, decl.shape, strict=True)), units)
     return tiles * edge * edge * decl.dtype.itemsize
 
@@ -195,4 +197,6 @@ def kernel_usage(kernel: Kernel, workload: Workload, edge: int) -> tuple[int, in
     """(dataflow buffers, their bytes) the kernel holds on one core."""
     decls = kernel_decls(kernel)
     dfbs = kernel_buffers(kernel, workload)
-    return len(dfbs), sum(d.blocks * block_bytes(kernel, decls[d.buffer], edge) for d in dfbs)
+    lines = lines_of_tiles(workload)
+    return len(dfbs), sum(d.blocks * block_bytes(kernel, decls[d.buffer], edge, lines)
+                          for d in dfbs)

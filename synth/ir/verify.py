@@ -45,6 +45,7 @@ from synth.ir.nodes import (
     Store,
 )
 from synth.ir.online import check_step
+from synth.tiles import lines_of_tiles
 from synth.vectors import vector_dim
 from synth.workload import Workload
 
@@ -268,7 +269,8 @@ class KernelCheck:
         edge = self.hw.compute.tiling.edge
         if edge and buf.memory == self.hw.memories[-1].name:  # whole tiles, per DFB
             self.usage[buf.memory] = self.usage.get(buf.memory, 0) + copies * \
-                self.blocks[buf.name] * block_bytes(self.kernel, buf, edge)
+                self.blocks[buf.name] * block_bytes(self.kernel, buf, edge,
+                                                    lines_of_tiles(self.workload))
             return
         self.usage[buf.memory] = self.usage.get(buf.memory, 0) + copies * \
             buffer_bytes(online.counted(self.kernel, self.hw, buf) if self.plain else buf,
