@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from synth.limits import MAX_SIZE
-from synth.workload import Workload, accesses
+from synth.workload import Workload
 
 SYNC_MODES = ("half", "full")
 DST_KEYS = ("sync", *SYNC_MODES)
@@ -118,7 +118,7 @@ def lines_of_tiles(workload: Workload) -> frozenset[str]:
     out: set[str] = set()
     vectors_alone = []
     for stmt in workload.statements:
-        named = [(stmt.target, stmt.indices), *((a.tensor, a.indices) for a in accesses(stmt.expr))]
+        named = stmt.subscripted
         subscripts = [ix for _, ix in named]
         if len(set(subscripts)) == 1 and len(subscripts[0]) == 1:
             vectors_alone.append({name for name, _ in named})

@@ -212,6 +212,11 @@ class Statement:
         """Tensors read on the right, in order of first appearance, without repeats."""
         return tuple(dict.fromkeys(a.tensor for a in accesses(self.expr)))
 
+    @property
+    def subscripted(self) -> list[tuple[str, tuple[str, ...]]]:
+        """(tensor, subscripts) of the target, then of every access on the right."""
+        return [(self.target, self.indices), *((a.tensor, a.indices) for a in accesses(self.expr))]
+
     def inputs_indices(self, tensor: str) -> tuple[str, ...]:
         """The subscripts of the first access to `tensor` on the right."""
         return next(a.indices for a in accesses(self.expr) if a.tensor == tensor)

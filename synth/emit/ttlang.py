@@ -75,7 +75,6 @@ from synth.workload import (
     SizeRef,
     Statement,
     Workload,
-    accesses,
 )
 
 _T = TypeVar("_T")
@@ -229,7 +228,7 @@ def _vector_kinds(program: Program, workload: Workload, lines: frozenset[str]
                                   if isinstance(n, Compute)):
             stmt = workload.statement(name)
             space = [d for d in (stmt.dims if stmt.reduced else stmt.indices) if d in units]
-            for tensor, ix in _named_accesses(stmt):
+            for tensor, ix in stmt.subscripted:
                 if len(ix) == 1 and len(space) == 2 and ix[0] in space:
                     _place(placed, tensor, "column" if ix[0] == space[0] else "row", name)
     _spread_kinds(placed, workload)
@@ -254,10 +253,6 @@ def _vector_kinds(program: Program, workload: Workload, lines: frozenset[str]
     return columns - {t for t, (kind, _) in placed.items() if kind == "row"}, rows
 
 
-def _named_accesses(stmt: Statement) -> list[tuple[str, tuple[str, ...]]]:
-    return [(stmt.target, stmt.indices), *((a.tensor, a.indices) for a in accesses(stmt.expr))]
-
-
 def _place(placed: dict[str, tuple[str, str]], tensor: str, kind: str, statement: str) -> bool:
     """Record `tensor` as a `kind` of tiles by `statement`; whether it is new."""
     if tensor not in placed:
@@ -277,7 +272,7 @@ def _spread_kinds(placed: dict[str, tuple[str, str]], workload: Workload) -> Non
     while changed:
         changed = False
         for stmt in workload.statements:
-            named = _named_accesses(stmt)
+            named = stmt.subscripted
             if len({ix for _, ix in named}) != 1 or len(named[0][1]) != 1:
                 continue
             for kind in {placed[t][0] for t, _ in named if t in placed}:
@@ -453,7 +448,7 @@ def block_tile_count(decl: BufferDecl, layout: Layout) -> int:
 def unbatched(stmt: Statement, lay: Mapping[str, Layout]) -> Statement:
     """The statement without the leading (batch, head) indices of its tensors: a block
     holds one of each (`view_row`), so its compute is the 2-D statement."""
-    uses = [(stmt.target, stmt.indices), *((a.tensor, a.indices) for a in accesses(stmt.expr))]
+    uses = stmt.subscripted
     batch = {d for t, ix in uses for d in lay[t].batch(ix)}
     if not batch:
         return stmt
