@@ -139,3 +139,20 @@ def test_out_of_time_is_not_claimed_optimal() -> None:
     if result.status is Status.FEASIBLE:
         assert result.bound is not None and result.objective is not None
         assert result.bound <= result.objective
+
+
+def test_an_encoding_too_large_to_read_in_time_is_not_read(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """z3's time limit does not cover reading the SMT text (52 MB took 3.7 s past a 2 s
+    limit): a text that would take past the limit at `SMT_READ_BYTES_PER_S` is a TIMEOUT
+    before z3 sees it. Here every text is too large to read in time."""
+    cset = build(Case.of("matmul", "upmem", {"M": 64, "N": 64, "K": 64})).model.constraints
+    read: list[int] = []
+    original = z3backend.z3.Solver.from_string
+    monkeypatch.setattr(z3backend.z3.Solver, "from_string",
+                        lambda self, text: read.append(len(text)) or original(self, text))
+    assert z3backend.solve(cset, NO_CLOCK_S, RLIMIT).status is Status.OPTIMAL and read
+    read.clear()
+    monkeypatch.setattr(z3backend, "SMT_READ_BYTES_PER_S", 1e-12)
+    result = z3backend.solve(cset, NO_CLOCK_S, RLIMIT)
+    assert result.status is Status.TIMEOUT and result.env is None and not read
