@@ -551,6 +551,17 @@ def _hardware_case(rng: random.Random, index: int) -> Case:
                 {"hw.toml": hardware(rng)}, budget)
 
 
+def builtin_elements(name: str, sizes: dict[str, str]) -> int:
+    """The elements of the built-in's largest tensor (intermediates too) at `sizes` (each
+    in SMALL_SIZES): validation's error bounds take arrays of that many. fa6 at S=4096
+    D=16 (its scores S x S, 2^24) validated in 7-11 s of a 2 s time limit's budget, though
+    its sizes multiply to 2^16."""
+    from synth.lang import load_workload
+    workload = load_workload(name, {k: int(v) for k, v in sizes.items()
+                                    if k in BUILTINS[name]})
+    return max(math.prod(tensor.shape) for tensor in workload.tensors.values())
+
+
 def _options_case(rng: random.Random, index: int) -> Case:
     name = rng.choice(list(BUILTINS))
     sizes = [a for s in BUILTINS[name] for a in ("--set", f"{s}={SMALL_BUILTIN_SIZES[s]}")]
@@ -559,8 +570,10 @@ def _options_case(rng: random.Random, index: int) -> Case:
              if extra[k] == "--set"}
     sizes = [a for k in range(0, len(sizes), 2) for a in sizes[k:k + 2]
              if sizes[k + 1].partition("=")[0] not in given]
-    small = all(extra[k + 1].partition("=")[2] in SMALL_SIZES
-                for k in range(0, len(extra), 2) if extra[k] == "--set")
+    chosen = dict(extra[k + 1].partition("=")[::2] for k in range(0, len(extra), 2)
+                  if extra[k] == "--set")
+    small = (all(v in SMALL_SIZES for v in chosen.values())
+             and builtin_elements(name, {**SMALL_BUILTIN_SIZES, **chosen}) <= VALIDATE_POINTS)
     flags, budget = common(rng, small)  # validating takes time the time limit does not bound
     hw = rng.choice(["upmem", "cpu", "aie"])
     args = ["solve", name, "--hw", hw, *sizes, *extra, *flags]

@@ -89,3 +89,12 @@ def test_issue_reproducers(label: str, tmp_path: Path) -> None:
     result = run(case, tmp_path)
     check(result)
     assert result.code == 2 or label.startswith("va aux"), (label, result.stderr)
+
+
+def test_a_builtin_validates_only_where_its_largest_tensor_is_small() -> None:
+    """--time-limit bounds the solver, not validation: a run validates only where its
+    largest tensor (fa6's S x S scores at S=4096: 2^24 elements) stays under the cap."""
+    small = fuzz.SMALL_BUILTIN_SIZES
+    assert fuzz.builtin_elements("fa6", small) <= fuzz.VALIDATE_POINTS
+    assert fuzz.builtin_elements("fa6", {**small, "S": "4096"}) == 4096 * 4096
+    assert fuzz.builtin_elements("matmul", small) == 64 * 4096  # A, B, C: the largest
