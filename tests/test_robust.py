@@ -231,6 +231,15 @@ def test_products_past_64_bits_are_bounded_or_bad_input() -> None:
         pipeline.run(huge)
 
 
+def test_domains_whose_sum_is_past_64_bits_are_bad_input() -> None:
+    """Each term fits, but CP-SAT refuses a model whose variables' domains sum past int64
+    (fuzz seed 67: attention at D = 104858592 was exit 70, "CP-SAT rejected the model")."""
+    request = pipeline.Request("attention", "cpu", {"S": 32, "D": 104858592}, validate=False)
+    with pytest.raises(InputError, match="too large to model with 64-bit integers: CP-SAT "
+                                         "says .*int64"):
+        pipeline.run(request)
+
+
 # ---------------------------------------------------------------- the command line
 
 

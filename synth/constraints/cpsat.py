@@ -674,4 +674,9 @@ def result_of(solver: cp_model.CpSolver, code: cp_model.CpSolverStatus, lowering
         return SolveResult("cpsat", Status.INFEASIBLE, wall, stats=stats)
     if code == cp_model.UNKNOWN:
         return SolveResult("cpsat", Status.TIMEOUT, wall, stats=stats)
-    raise RuntimeError(f"CP-SAT rejected the model: {lowering.model.validate()}")
+    reason = lowering.model.validate()
+    if "int64" in reason:  # each term fits (`too_large`), their domains' sum does not
+        raise InputError(f"the problem is too large to model with 64-bit integers: CP-SAT "
+                         f"says \"{reason.strip()}\"; make the sizes or the hardware's costs "
+                         "smaller")
+    raise RuntimeError(f"CP-SAT rejected the model: {reason}")
