@@ -87,10 +87,16 @@ def device_combine_slots(kt: KernelTerms) -> dict[int, Memory]:
     if not kt.kernel.reduced:
         return {}
     out: dict[int, Memory] = {}
+    root = kt.hw.root_memory.name
     for index, slot in enumerate(kt.slots):
         memory = shared_memory(kt.hw, slot.level_index)
-        # and a memory tile above the units to fold into (not when they stream the root's)
-        above = any(s.kind is SlotKind.TEMPORAL for s in kt.slots[:index])
+        # and a memory tile above the units to fold into: not when they stream the
+        # root's, nor when the memory just outside them is the root, which holds whole
+        # tensors, not tiles (aie without `streams`: a column's cores under DDR; mv
+        # combined them there with no tile to fold into, and four cores wrote one
+        # partial tile: benchmarks/RESULTS.md, "Fuzz seed 67")
+        outside = [s for s in kt.slots[:index] if s.kind is SlotKind.TEMPORAL]
+        above = bool(outside) and outside[-1].name != root
         if slot.kind is SlotKind.SPATIAL and memory is not None and above:
             out[index] = memory
     return out
