@@ -120,16 +120,23 @@ def lines_of_tiles(workload: Workload) -> frozenset[str]:
     for stmt in workload.statements:
         named = stmt.subscripted
         subscripts = [ix for _, ix in named]
-        if len(set(subscripts)) == 1 and len(subscripts[0]) == 1:
+        if over_one_index(subscripts):
             vectors_alone.append({name for name, _ in named})
         matrix = {d for ix in subscripts if len(ix) > 1 for d in ix} - batch_indices(subscripts)
         out |= {name for name, ix in named
                 if (len(ix) == 1 and ix[0] in matrix) or is_statistic(ix, subscripts)}
-    while True:  # a statement of vectors over one index (`h[d] = g[d] + 1`) lays them alike
+    while True:  # a statement of vectors over one index lays them alike
         more = {name for group in vectors_alone if group & out for name in group} - out
         if not more:
             return frozenset(out)
         out |= more
+
+
+def over_one_index(subscripts: Sequence[Sequence[str]]) -> bool:
+    """Whether a statement's tensors (their subscripts, `Statement.subscripted`) are
+    vectors over one index (`h[d] = g[d] + 1`): it reads and writes them tile by tile, so
+    they share one layout."""
+    return len({tuple(ix) for ix in subscripts}) == 1 and len(subscripts[0]) == 1
 
 
 def batch_indices(subscripts: Sequence[tuple[str, ...]],

@@ -64,7 +64,7 @@ from synth.ir.nodes import (
     Store,
     walk,
 )
-from synth.tiles import is_statistic, lines_of_tiles, named_tile_units
+from synth.tiles import is_statistic, lines_of_tiles, named_tile_units, over_one_index
 from synth.workload import (
     Access,
     BinOp,
@@ -266,14 +266,14 @@ def _place(placed: dict[str, tuple[str, str]], tensor: str, kind: str, statement
 
 
 def _spread_kinds(placed: dict[str, tuple[str, str]], workload: Workload) -> None:
-    """A statement of vectors over one index (`h[d] = g[d] + 1`) reads and writes them
-    tile by tile: the layout one of them is placed in, the others take."""
+    """A statement of vectors over one index (`synth.tiles.over_one_index`): the layout
+    one of them is placed in, the others take."""
     changed = True
     while changed:
         changed = False
         for stmt in workload.statements:
             named = stmt.subscripted
-            if len({ix for _, ix in named}) != 1 or len(named[0][1]) != 1:
+            if not over_one_index([ix for _, ix in named]):
                 continue
             for kind in {placed[t][0] for t, _ in named if t in placed}:
                 for tensor, _ in named:

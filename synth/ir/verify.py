@@ -83,6 +83,7 @@ class KernelCheck:
         self.statistics = online.statistics(kernel)  # merged only by an online combine
         # a tiled core: blocks of each buffer over its dataflow buffers (X, X_in, ...)
         self.blocks: Counter[str] = Counter()
+        self.lines = lines_of_tiles(workload) if hw.compute.tiling.edge else frozenset()
         if hw.compute.tiling.edge:
             for dfb in kernel_buffers(kernel, workload):
                 self.blocks[dfb.buffer] += dfb.blocks
@@ -269,8 +270,7 @@ class KernelCheck:
         edge = self.hw.compute.tiling.edge
         if edge and buf.memory == self.hw.memories[-1].name:  # whole tiles, per DFB
             self.usage[buf.memory] = self.usage.get(buf.memory, 0) + copies * \
-                self.blocks[buf.name] * block_bytes(self.kernel, buf, edge,
-                                                    lines_of_tiles(self.workload))
+                self.blocks[buf.name] * block_bytes(self.kernel, buf, edge, self.lines)
             return
         self.usage[buf.memory] = self.usage.get(buf.memory, 0) + copies * \
             buffer_bytes(online.counted(self.kernel, self.hw, buf) if self.plain else buf,
