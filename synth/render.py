@@ -24,7 +24,7 @@ from synth.cli import EXIT_OK, format_seconds, make_console
 from synth.constraints import user
 from synth.constraints.cost import Model
 from synth.constraints.explain import GroupStatus, group_infos
-from synth.constraints.result import Status
+from synth.constraints.result import WHY_NO_SCHEDULE, Status
 from synth.errors import SynthError
 from synth.hwfile import list_builtin_hardware, load_hardware
 from synth.ir.printer import print_program
@@ -213,16 +213,20 @@ def no_schedule_message(outcome: Outcome, time_limit_s: float) -> str | None:
 
 STOPPED_EARLY = 0.9
 """A solve that ends before this share of its time limit stopped for another reason."""
+BARE_TIMEOUTS = frozenset({"timeout", "canceled"})
+"""z3's reasons for an unknown answer that only say the time ran out."""
 
 
 def timeout_message(spent_s: float, time_limit_s: float, stats: Mapping[str, Any]) -> str:
     """No schedule and no proof that none exists: the time actually spent, and whether the
     solver used its time limit or gave up before it (with its reason when it gave one)."""
     spent = format_seconds(spent_s)
+    reason = next((stats[key] for key in WHY_NO_SCHEDULE if stats.get(key)), None)
     if spent_s >= STOPPED_EARLY * time_limit_s:
-        return (f"no schedule found in {spent} (time limit {time_limit_s:g} s); raise "
+        # z3's "timeout" or "canceled" say no more than the line does; its other reasons do
+        why = f" ({reason})" if reason and reason not in BARE_TIMEOUTS else ""
+        return (f"no schedule found in {spent} (time limit {time_limit_s:g} s){why}; raise "
                 f"--time-limit or make the problem smaller with --set NAME=INT")
-    reason = stats.get("unknown") or stats.get("unsupported")
     why = f" ({reason})" if reason else ""
     return (f"no schedule found: the solver gave up after {spent}, before its time limit "
             f"of {time_limit_s:g} s{why}; try another --solver or make the problem "

@@ -124,6 +124,10 @@ def test_timeout_message_states_the_time_spent() -> None:
     early = timeout_message(13.0, 200.0, {"unknown": "incomplete quantifiers"})
     assert "gave up after 13 s, before its time limit of 200 s (incomplete quantifiers)" \
         in early
+    told = timeout_message(2.0, 2.0, {"unknown": "reading its 31.0 MB encoding would run "
+                                                 "past the time limit"})
+    assert told.startswith("no schedule found in 2 s (time limit 2 s) (reading its 31.0 MB")
+    assert "(timeout)" not in timeout_message(2.0, 2.0, {"unknown": "timeout"})
 
 
 def test_unpadded_stream_strips_trailing_spaces_per_line() -> None:

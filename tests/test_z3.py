@@ -156,3 +156,4 @@ def test_an_encoding_too_large_to_read_in_time_is_not_read(
     monkeypatch.setattr(z3backend, "SMT_READ_BYTES_PER_S", 1e-12)
     result = z3backend.solve(cset, NO_CLOCK_S, RLIMIT)
     assert result.status is Status.TIMEOUT and result.env is None and not read
+    assert "would run past the time limit" in str(result.stats["unknown"])  # for the CLI

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable
 from synth import progress
 from synth.constraints import expr as ex
 from synth.constraints import partition
-from synth.constraints.result import SolveResult, Status
+from synth.constraints.result import WHY_NO_SCHEDULE, SolveResult, Status
 from synth.constraints.space import ConstraintSet, NamedConstraint, is_fusion_decision
 from synth.deadline import Deadline
 
@@ -455,6 +455,9 @@ def solve_by_covers(cset: ConstraintSet, time_limit_s: float, solver: str,
             cutoff = best.objective - 1
         result = solve_fixed(cover, remaining, cutoff)
         proven = proven and result.status in (Status.OPTIMAL, Status.INFEASIBLE)
+        for why in WHY_NO_SCHEDULE:  # the first part's reason, for the timeout message
+            if why in result.stats:
+                stats.setdefault(why, result.stats[why])
         if result.status is not Status.INFEASIBLE:
             low = result.bound if result.bound is not None else 0
             bound = low if bound is None else min(bound, low)

@@ -14,6 +14,11 @@ class Status(enum.Enum):
     TIMEOUT = "timeout"  # no solution within the time limit
 
 
+WHY_NO_SCHEDULE = ("unknown", "unsupported")
+"""The `stats` keys of a solver's reason for a TIMEOUT (z3's reason_unknown, or what its
+encoding cannot express), in the order a message prefers them."""
+
+
 @dataclass(frozen=True)
 class SolveResult:
     solver: str
