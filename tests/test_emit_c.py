@@ -22,8 +22,9 @@ from hypothesis import HealthCheck, given, settings
 from strategies import workloads
 
 from synth import numpy_eval
-from synth.emit.c import TARGET, emit_c
+from synth.emit.c import emit_c
 from synth.emit.c_check import ALIGN, CCheck, aligned, c_tensors, check_c
+from synth.emit.c_target import TARGET
 from synth.hwfile import load_hardware
 from synth.ir.materialize import materialize
 from synth.ir.nodes import Program

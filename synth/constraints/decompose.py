@@ -444,7 +444,8 @@ def solve_by_covers(cset: ConstraintSet, time_limit_s: float, solver: str,
     covers.sort(key=_cover_order)
     best: SolveResult | None = None
     best_cover = cset
-    proven, bound, stats = True, None, {"covers": len(covers)}
+    proven, bound = True, None
+    stats: dict[str, int | float | str] = {"covers": len(covers)}
     for tried, cover in enumerate(covers):
         if deadline.expired() and best is not None:
             proven, bound = False, 0  # the covers not tried may do better

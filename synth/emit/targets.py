@@ -67,7 +67,7 @@ class Target(Protocol):
 TARGETS: Mapping[str, str] = {
     "upmem": "synth.emit.upmem:TARGET",
     "mlir": "synth.emit.mlir_target:TARGET",
-    "c": "synth.emit.c:TARGET",
+    "c": "synth.emit.c_target:TARGET",
     "ttlang": "synth.emit.ttlang_target:TARGET",
 }
 
