@@ -33,13 +33,18 @@ exp's cycles or the caches' rates of another CPU say nothing about this one's ra
 cores are set to one (`--hw-set core.count=1`): one thread's work is what is timed.
 
 Each schedule is first timed alone, as above; then every schedule of a problem is timed
-again in one child process, `--rounds` rounds (default 15) each calling every schedule
-once in a shuffled order, on one set of tensors (`interleaved`): the median of those
-calls is the measured time the summary uses. Timed minutes apart, the same schedule
-moved by up to 20% with the load of the shared machine, more than the differences
-within a group of schedules the model prices alike (softmax: 13 of 22 within 0.4%);
-interleaved, every schedule meets the same load. The first, separate timing stays in
-the JSON (`first_pass_s`). `--rounds 0` skips the interleaved timing.
+again in one child process (`interleaved`), in rounds each calling every schedule once
+in a shuffled order: the median of those calls is the measured time the summary uses.
+Timed minutes apart, the same schedule moved by up to 20% with the load of the shared
+machine, more than the differences within a group of schedules the model prices alike
+(softmax: 13 of 22 within 0.8%); interleaved, every schedule meets the same load. The
+rounds run on `--placements` sets of the same tensors (default 3), each tensor starting
+at another offset within a page in each (`placed`), at least `--rounds` rounds on each
+(default 15) and more while a set's rounds take under `ROUND_BUDGET_S`: softmax's
+schedules differ by under 1.5% within that group, and which of them is faster moved
+with where the tensors start (RESULTS.md, "Where the tensors start"). The first,
+separate timing stays in the JSON (`first_pass_s`). `--rounds 0` skips the interleaved
+timing.
 """
 
 from __future__ import annotations
@@ -67,7 +72,7 @@ from synth.constraints import expr as ex
 from synth.constraints.cost import Model
 from synth.constraints.sample import random_schedule
 from synth.emit.c import emit_c
-from synth.emit.c_check import ONE_THREAD_ENV, WORKLOAD_FILE, c_tensors, check_c
+from synth.emit.c_check import ALIGN, ONE_THREAD_ENV, WORKLOAD_FILE, c_tensors, check_c
 from synth.hwfile import load_hardware
 from synth.ir.materialize import materialize
 from synth.ir.printer import print_program
@@ -90,10 +95,14 @@ PROBLEMS: Mapping[str, tuple[str, Mapping[str, int]]] = {
     "attention-1024": ("attention", {"S": 1024, "D": 64}),
     "fa6": ("fa6", {}),
 }
-ROUNDS = 15  # interleaved rounds per problem (`--rounds`)
+ROUNDS = 15  # interleaved rounds per placement of the tensors, at least (`--rounds`)
+PLACEMENTS = 3  # sets of the tensors, each at other offsets within a page (`--placements`)
+ROUND_BUDGET_S = 2.0  # more rounds on a placement while they take less than this
+MAX_ROUNDS = 400
 SPEARMAN_TARGET = 0.8
 OPTIMUM_TARGET = 1.25
 PS_PER_S = 1e12
+PAGE = 4096
 
 
 @dataclass(frozen=True)
@@ -178,46 +187,75 @@ def time_schedule(program: Any, workload: Any, hw: Any, out_dir: Path,
     return Timing(check.passed, check.run_s if check.passed else None, check.log)
 
 
-def interleaved(dirs: list[Path], rounds: int, one_thread: bool) -> list[float]:
+def interleaved(dirs: list[Path], rounds: int, one_thread: bool,
+                placements: int = PLACEMENTS) -> list[float]:
     """The median time of one `synth_run` call of each built schedule in `dirs` (one
-    workload), timed in one child process over `rounds` rounds, each calling every
-    schedule once in its own shuffled order (seeded), all on one set of tensors (the
-    first schedule's inputs; each schedule writes the same outputs), after one warm-up
-    call each. `one_thread`: one thread's CPU time, as `check_c` times it."""
+    workload), timed in one child process on `placements` placements of one set of
+    tensors (the first schedule's inputs; each schedule writes the same outputs), after
+    one warm-up call each per placement: on each, at least `rounds` rounds (more within
+    `ROUND_BUDGET_S`, up to `MAX_ROUNDS`), each calling every schedule once in its own
+    shuffled order (seeded). `one_thread`: one thread's CPU time, as `check_c` times it."""
     args = [sys.executable, str(Path(__file__).resolve()), "--interleave-child",
-            json.dumps([str(d) for d in dirs]), str(rounds), str(int(one_thread))]
+            json.dumps([str(d) for d in dirs]), str(rounds), str(int(one_thread)),
+            str(placements)]
     env = os.environ | ONE_THREAD_ENV if one_thread else None
     done = subprocess.run(args, capture_output=True, text=True, env=env, check=True)
     medians: list[float] = json.loads(done.stdout.strip().splitlines()[-1])
     return medians
 
 
-def interleave_child(dirs: list[str], rounds: int, one_thread: bool) -> None:
+def placed(tensors: list[Any], placement: int) -> list[Any]:
+    """Copies of `tensors`, each starting on a cache line at an offset within a page
+    that differs between tensors and between placements (placement 0: as given). The
+    offsets decide which loads and stores of two tensors meet in the same cache sets
+    and which alias a store 4 KiB away; NumPy's large arrays all start at one offset."""
+    import numpy as np
+    if placement == 0:
+        return tensors
+    out = []
+    for k, tensor in enumerate(tensors):
+        lines = (7 * k + 13 * placement) % (PAGE // ALIGN)
+        raw = np.empty(tensor.nbytes + 2 * PAGE, dtype=np.uint8)
+        start = -raw.ctypes.data % PAGE + lines * ALIGN
+        copy = raw[start:start + tensor.nbytes].view(tensor.dtype).reshape(tensor.shape)
+        copy[...] = tensor
+        out.append(copy)
+    return out
+
+
+def interleave_child(dirs: list[str], rounds: int, one_thread: bool,
+                     placements: int) -> None:
     import numpy as np
 
     from synth.emit.c import LIBRARY
     data = Path(dirs[0]) / "data"
     workload = pickle.loads((data / WORKLOAD_FILE).read_bytes())
     inputs = {t.name: np.load(data / f"input_{t.name}.npy") for t in workload.inputs}
-    tensors = list(c_tensors(workload, inputs).values())
-    pointers = (ctypes.c_void_p * len(tensors))(*(a.ctypes.data for a in tensors))
+    given = list(c_tensors(workload, inputs).values())
     libs = [ctypes.CDLL(str((Path(d) / LIBRARY).resolve())) for d in dirs]
     clock = time.thread_time if one_thread else time.perf_counter
-    for lib in libs:
-        lib.synth_run(pointers)  # warm-up
     times: list[list[float]] = [[] for _ in libs]
     order = list(range(len(libs)))
-    for round_ in range(rounds):
-        random.Random(round_).shuffle(order)
-        for i in order:
-            start = clock()
-            libs[i].synth_run(pointers)
-            times[i].append(clock() - start)
+    for placement in range(placements):
+        tensors = placed(given, placement)
+        pointers = (ctypes.c_void_p * len(tensors))(*(a.ctypes.data for a in tensors))
+        start = clock()
+        for lib in libs:
+            lib.synth_run(pointers)  # warm-up
+        per_round = clock() - start
+        count = max(rounds, min(MAX_ROUNDS, int(ROUND_BUDGET_S / max(per_round, 1e-9))))
+        for round_ in range(count):
+            random.Random(round_).shuffle(order)
+            for i in order:
+                start = clock()
+                libs[i].synth_run(pointers)
+                times[i].append(clock() - start)
     print(json.dumps([statistics.median(t) for t in times]))
 
 
 def run_problem(name: str, hw_ref: str, samples: int, time_limit_s: float,
-                log: Any, one_thread: bool = False, rounds: int = ROUNDS) -> Problem:
+                log: Any, one_thread: bool = False, rounds: int = ROUNDS,
+                placements: int = PLACEMENTS) -> Problem:
     workload_ref, sizes = PROBLEMS[name]
     start = time.perf_counter()
     workload = load_workload(workload_ref, dict(sizes))
@@ -247,7 +285,7 @@ def run_problem(name: str, hw_ref: str, samples: int, time_limit_s: float,
             print(f"  {name}: {source}: modelled {modelled * 1e3:.3f} ms, measured {shown}",
                   file=log, flush=True)
         if rounds > 0 and built:
-            medians = iter(interleaved(built, rounds, one_thread))
+            medians = iter(interleaved(built, rounds, one_thread, placements))
             points = [p if p.measured_s is None else replace(p, measured_s=next(medians))
                       for p in points]
             for p in points:
@@ -327,7 +365,7 @@ def machine() -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--interleave-child"]:
-        interleave_child(json.loads(argv[1]), int(argv[2]), argv[3] == "1")
+        interleave_child(json.loads(argv[1]), int(argv[2]), argv[3] == "1", int(argv[4]))
         return 0
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--samples", type=int, default=20,
@@ -344,7 +382,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="time one thread's CPU time (OMP_THREAD_LIMIT=1), not wall")
     parser.add_argument("--rounds", type=int, default=ROUNDS,
                         help=f"interleaved rounds timing every schedule of a problem "
-                             f"(default {ROUNDS}; 0: each timed alone only)")
+                             f"on each placement of the tensors, at least (default {ROUNDS}; "
+                             f"0: each timed alone only)")
+    parser.add_argument("--placements", type=int, default=PLACEMENTS,
+                        help=f"placements of the tensors the interleaved rounds run on "
+                             f"(default {PLACEMENTS})")
     parser.add_argument("--json", action="store_true",
                         help="print one JSON object instead of the tables")
     args = parser.parse_args(argv)
@@ -352,17 +394,20 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--samples must be at least 0")
     if args.rounds < 0:
         parser.error("--rounds must be at least 0")
+    if args.placements < 1:
+        parser.error("--placements must be at least 1")
     about = machine()
     print(f"cost fidelity on {args.hw}: {about['cpu']}, {about['cpus']} CPUs, load average "
           f"{' '.join(map(str, about['load_average']))}, {about['date']}", file=sys.stderr)
     with tempfile.TemporaryDirectory(prefix="cost-fidelity-model-") as tmp:
         hw_ref = calibrated(Path(tmp), sys.stderr) if args.hw == "calibrated" else args.hw
         problems = [run_problem(name, hw_ref, args.samples, args.time_limit, sys.stderr,
-                                args.one_thread, args.rounds)
+                                args.one_thread, args.rounds, args.placements)
                     for name in args.problems]
     if args.json:
         print(json.dumps({"hardware": args.hw, "samples": args.samples, "machine": about,
                           "one_thread": args.one_thread, "rounds": args.rounds,
+                          "placements": args.placements,
                           "load_average_after": [round(x, 2) for x in os.getloadavg()],
                           "problems": [p.json() for p in problems]}, indent=2))
     else:

@@ -11,6 +11,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from conftest import benchmark_module
 from typer.testing import CliRunner
@@ -236,8 +237,23 @@ def test_cost_fidelity_interleaved_rounds(tmp_path: Path) -> None:
         assert env is not None
         dirs.append(tmp_path / str(seed))
         assert_passes(emit_and_check(materialize(model, env), workload, dirs[-1]))
-    medians = fidelity.interleaved(dirs, 3, True)
+    medians = fidelity.interleaved(dirs, 3, True, placements=2)
     assert len(medians) == 2 and all(m > 0 for m in medians)
+
+
+def test_cost_fidelity_places_the_tensors_at_other_offsets() -> None:
+    """Each placement but the first copies every tensor to another offset within a page,
+    on a cache line, other than the other tensors' and the other placements'."""
+    fidelity = benchmark_module("cost_fidelity")
+    tensors = [np.arange(5000, dtype=np.float32) + k for k in range(3)]
+    assert fidelity.placed(tensors, 0) is tensors
+    offsets = set()
+    for placement in (1, 2):
+        copies = fidelity.placed(tensors, placement)
+        for tensor, copy in zip(tensors, copies, strict=True):
+            assert np.array_equal(tensor, copy) and copy.ctypes.data % 64 == 0
+            offsets.add(copy.ctypes.data % fidelity.PAGE)
+    assert len(offsets) == 6
 
 
 def test_c_vs_numpy_ratios() -> None:
