@@ -17,7 +17,7 @@ from conftest import (
     optimum,
     sample,
 )
-from typer.testing import CliRunner
+from typer.testing import CliRunner, Result
 
 from synth.cli import app
 from synth.constraints import exhaustive
@@ -84,6 +84,22 @@ def test_the_cli_refuses_an_illegal_fusion_in_the_users_terms() -> None:
                                       "--fix", "fuse.m_e=1"])
     assert result.exit_code == 2
     assert "statements m, e cannot be fused: e consumes m" in result.output
+
+
+def test_a_kernel_that_is_always_used_may_be_fixed_as_used_not_as_unused() -> None:
+    """softmax's y fuses with nothing: `fuse.y` is not a decision. Fixing it to 1 says
+    what is so (a sweep may fix every kernel); to 0, what cannot be."""
+    def solve(*fixes: str) -> Result:
+        args = ["solve", "softmax", "--hw", "cpu", "--set", "N=4096", "--no-validate",
+                "--json"]
+        return CliRunner().invoke(app, [*args, *(a for f in fixes for a in ("--fix", f))])
+    used, plain = solve("fuse.y=1"), solve()
+    assert used.exit_code == 0, used.output
+    assert json.loads(used.output)["variables"] == json.loads(plain.output)["variables"]
+    unused = solve("fuse.y=0")
+    assert unused.exit_code == 2
+    assert "kernel y is the only kernel that can run y: it is always used" in unused.output
+    assert "fixed twice" in solve("fuse.y=1", "fuse.y=1").output
 
 
 # ---------------------------------------------------------------- fused schedules run

@@ -260,12 +260,15 @@ def parse_fix(text: str, cset: ConstraintSet,
     return NamedConstraint(f"user.fix.{name}", meaning, ex.Cmp(term, "==", ex.const(number)))
 
 
-def _check_fusion_fix(model: Model, text: str) -> None:
+def _check_fusion_fix(model: Model, text: str) -> bool:
     """`--fix fuse.m_e=1` for a fusion that is not a candidate: say why, in the
-    workload's terms (which statement consumes what inside which pass)."""
-    name = text.partition("=")[0].strip()
+    workload's terms (which statement consumes what inside which pass). True for
+    `--fix fuse.y=1` where kernel y is the only one that can run its statements: always
+    so, nothing to constrain."""
+    name, _, value = text.partition("=")
+    name = name.strip()
     if not is_fusion_decision(name) or name in model.constraints.decisions:
-        return
+        return False
     online = name.startswith(ONLINE_PREFIX)
     kernel = name.removeprefix(ONLINE_PREFIX if online else FUSION_PREFIX)
     where = f"--fix {text}"
@@ -276,8 +279,11 @@ def _check_fusion_fix(model: Model, text: str) -> None:
                              f"{'only' if right == 'online.' else 'without'} the online "
                              f"rewrite: its decision is {right}{kernel}")
         if spec.name == kernel:
+            if parse_int(value.strip(), where) == 1:
+                return True
             raise InputError(f"{where}: kernel {kernel} is the only kernel that can run "
-                             f"{', '.join(s.name for s in spec.statements)}: it is always used")
+                             f"{', '.join(s.name for s in spec.statements)}: it is always "
+                             f"used ({name} is 1)")
     members = _statements_named(model.workload.statements, kernel)
     if members:
         reason = illegal_reason(model.workload, members) or "not a candidate kernel"
@@ -286,6 +292,7 @@ def _check_fusion_fix(model: Model, text: str) -> None:
                       "so there is nothing to run online")
         names = ", ".join(model.workload.statements[i].name for i in members)
         raise InputError(f"{where}: statements {names} cannot be fused: {reason}")
+    return False
 
 
 def _statements_named(statements: Sequence[Statement], kernel: str) -> list[int] | None:
@@ -317,13 +324,12 @@ def user_constraints(model: Model, constraints: Sequence[str],
            for k, text in enumerate(constraints, start=1)]
     fixed: set[str] = set()
     for text in fixes:
-        _check_fusion_fix(model, text)
-        constraint = parse_fix(text, cset, constants, model.factors.pinned)
-        if constraint.group in fixed:
-            raise InputError(f"--fix {text}: {constraint.group.removeprefix('user.fix.')} "
-                             "is fixed twice")
-        fixed.add(constraint.group)
-        out.append(constraint)
+        name = text.partition("=")[0].strip()
+        if name in fixed:
+            raise InputError(f"--fix {text}: {name} is fixed twice")
+        fixed.add(name)
+        if not _check_fusion_fix(model, text):  # (else a kernel always used, fixed as used)
+            out.append(parse_fix(text, cset, constants, model.factors.pinned))
     return out
 
 
