@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
 from conftest import Case, build
 from hypothesis import given
 from hypothesis import strategies as st
@@ -14,6 +15,7 @@ from synth.constraints import cpsat, decompose
 from synth.constraints import expr as ex
 from synth.constraints.result import SolveResult, Status
 from synth.constraints.space import ConstraintSet, NamedConstraint, is_fusion_decision
+from synth.deadline import Deadline
 
 FA6 = Case.of("fa6", "upmem", {"S": 16, "D": 8})
 
@@ -190,3 +192,50 @@ def test_parts_that_differ_only_in_a_constant_are_not_shared() -> None:
              for p in decompose.components(twin_parts())}
     assert parts["q"].problem == parts["k"].problem != parts["v"].problem
     assert parts["q"].names == ("q.a", "q.b") and parts["k"].names == ("k.a", "k.b")
+
+
+def test_pinned_fusion_decisions_start_the_covers_search() -> None:
+    """A set whose fusion decisions are pinned (`--fix fuse.K=1`, `--measure`'s pieces)
+    has the covers that agree with them, found without walking the others (a transformer
+    block has about 200,000: walking them ran 160 s past a 30 s limit); kernels pinned
+    to 1 that clash have none."""
+    cset = build(FA6).model.constraints
+    names = [n for n in cset.decisions if is_fusion_decision(n)]
+    every = decompose._exact_covers(cset, names)
+    pick = every[len(every) // 2]
+
+    def pinned(values: dict[str, int]) -> ConstraintSet:
+        fixes = tuple(NamedConstraint("user.fix", f"{n} = {v}",
+                                      ex.Cmp(ex.Var(n), "==", ex.const(v)))
+                      for n, v in values.items())
+        return dataclasses.replace(cset, constraints=(*cset.constraints, *fixes))
+
+    assert decompose._exact_covers(pinned(dict(zip(names, pick, strict=True))), names) == [pick]
+    ones = [n for n, v in zip(names, pick, strict=True) if v == 1]
+    some = pinned({ones[0]: 1})
+    assert decompose._exact_covers(some, names) == [
+        v for v in every if v[names.index(ones[0])] == 1]
+    assert len(decompose.fusion_covers(some)) == len(decompose._exact_covers(some, names))
+    clash = next(n for n in names if n != ones[0] and
+                 all(v[names.index(n)] + v[names.index(ones[0])] < 2 for v in every))
+    assert decompose._exact_covers(pinned({ones[0]: 1, clash: 1}), names) == []
+
+
+def test_the_covers_stop_at_the_deadline_though_none_is_allowed_yet(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past the deadline the covers' rewriting stops after one tried, allowed or not (it
+    went on through every cover while none was allowed). Here the enumeration, which
+    stops at the deadline itself, finished before it."""
+    cset = build(FA6).model.constraints
+    every = decompose._exact_covers
+    monkeypatch.setattr(decompose, "_exact_covers",
+                        lambda cset, names, limit=None, deadline=None: every(cset, names))
+    names = [n for n in cset.decisions if is_fusion_decision(n)]
+    first = dict(zip(names, decompose._exact_covers(cset, names)[0], strict=True))
+    other = ex.AnyOf(tuple(ex.Cmp(ex.Var(n), op, ex.const(v))
+                           for n, v in first.items() for op in ("<", ">")))
+    unlike = dataclasses.replace(cset, constraints=(
+        *cset.constraints, NamedConstraint("g", "not the first cover", other)))
+    assert len(decompose.fusion_covers(unlike)) == len(decompose.fusion_covers(cset)) - 1
+    assert decompose.fusion_covers(unlike, Deadline(0.0)) == []
+    assert len(decompose.fusion_covers(cset, Deadline(0.0))) == 1

@@ -6,6 +6,7 @@ codes (a failing check is provoked by replacing the timing function)."""
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import math
 from pathlib import Path
@@ -24,6 +25,7 @@ from synth import measure
 from synth.cli import app
 from synth.constraints import expr as ex
 from synth.constraints.result import Status
+from synth.constraints.space import is_fusion_decision
 from synth.measure import Timing, exclusion, next_best, ranks, relevant, spearman
 from synth.pipeline import Outcome, Request, run
 
@@ -106,6 +108,28 @@ def test_next_best_is_the_order_of_one_solve_per_schedule(
     assert len(distinct) == k
 
 
+def test_next_best_solves_the_pieces_that_fix_the_most_first(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Of pieces with one lower bound, the last made is solved first: it keeps the
+    schedule's fusion (one cover), while the first made, another fusion, is one problem
+    over every cover (the transformer block's took 11 s)."""
+    outcome = run(Request("attention", "cpu", {"S": 64, "D": 16}, validate=False))
+    model, first = outcome.model, outcome.result
+    assert first.env is not None
+    solved: list[bool] = []  # whether each piece solved keeps the fusion
+    original = synth.constraints.cpsat.solve
+
+    def spy(cset: Any, *args: Any, **kwargs: Any) -> Any:
+        solved.append(any(c.group == "measure.fixed" and is_fusion_decision(
+            next(iter(ex.variables(c.cond)))) for c in cset.constraints))
+        return original(cset, *args, **kwargs)
+
+    monkeypatch.setattr(measure.cpsat, "solve", spy)
+    found = list(itertools.islice(
+        next_best(model, first, NO_CLOCK_S, lambda _: None, WORK_S), 3))
+    assert len(found) == 3 and solved and solved[0]
+
+
 def test_measure_json(tmp_path: Path) -> None:
     result = invoke("solve", "softmax", "--hw", "cpu", "--set", "N=4096", "--hw-set",
                     "core.count=1..2", "--measure", "2", "--no-validate", "--json")
@@ -153,13 +177,14 @@ def test_measure_off_cpu_is_exit_2_before_solving(monkeypatch: pytest.MonkeyPatc
 def test_a_failed_check_is_exit_4(monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[Path] = []
 
-    def fake(program: Any, workload: Any, hw: Any, out_dir: Path, data: Any) -> Timing:
+    def fake(out_dir: Path, quick: bool = True) -> Timing:
+        assert (out_dir / "libsynth.so").exists()  # built before any is timed
         calls.append(out_dir)
         if out_dir.name == "rank2":
             return Timing(False, None, "y: DIFFERS from the reference")
         return Timing(True, 1.0 / len(calls), "")
 
-    monkeypatch.setattr(measure, "time_schedule", fake)
+    monkeypatch.setattr(measure, "time_emitted", fake)
     result = invoke("solve", "softmax", "--hw", "cpu", "--set", "N=4096", "--hw-set",
                     "core.count=1..2", "--measure", "3", "--no-validate", "--json")
     assert result.exit_code == 4, result.output

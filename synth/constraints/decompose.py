@@ -280,16 +280,16 @@ def fusion_covers(cset: ConstraintSet, deadline: Deadline | None = None
     alone allow (each statement in exactly one kernel), with those decisions substituted:
     the kernels left out then have no constraints and no cost, and their factors drop
     out of the enumeration (they take their smallest values). Past `deadline`, the
-    covers found so far."""
+    covers found so far (none when the constraints forbade those tried)."""
     names = [n for n in cset.decisions if is_fusion_decision(n)]
     if not names:
         return [cset]
     flat = inline_definitions(cset)
     rewrite = _FusionRewriter(frozenset(names))
     covers: list[ConstraintSet] = []
-    for values in _exact_covers(cset, names, deadline=deadline):
-        if deadline is not None and deadline.expired() and covers:
-            break
+    for tried, values in enumerate(_exact_covers(cset, names, deadline=deadline)):
+        if deadline is not None and tried and deadline.expired():
+            break  # (with none allowed so far: the solve is a TIMEOUT)
         cover = _with_fusion(cset, flat, rewrite, dict(zip(names, values, strict=True)))
         if cover is not None:
             covers.append(cover)
@@ -404,8 +404,31 @@ def _exact_covers(cset: ConstraintSet, names: list[str], limit: int | None = Non
             if not clash & picked:
                 extend(picked | {name}, excluded | clash)
 
-    extend(frozenset(), frozenset())
+    start = _pinned_start(cset, names, options)
+    if start is not None:
+        extend(*start)
     return found
+
+
+def _pinned_start(cset: ConstraintSet, names: list[str], options: list[frozenset[str]]
+                  ) -> tuple[frozenset[str], frozenset[str]] | None:
+    """Where the covers' backtracking starts: the kernels a constraint `fuse.K == 1`
+    picks (and the kernels they clash with excluded, with those `== 0`), so that a set
+    whose fusion is pinned (`--fix`, `measure`'s pieces) has its few covers found
+    without walking all the others (a transformer block has about 200,000). None when
+    the pinned kernels clash: no cover."""
+    pinned: dict[str, int] = {}
+    for constraint in cset.constraints:
+        cond = constraint.cond
+        if (isinstance(cond, ex.Cmp) and cond.op == "==" and isinstance(cond.lhs, ex.Var)
+                and isinstance(cond.rhs, ex.Const) and cond.lhs.name in names
+                and pinned.setdefault(cond.lhs.name, cond.rhs.value) != cond.rhs.value):
+            return None  # pinned to two values
+    picked = frozenset(n for n, v in pinned.items() if v == 1)
+    clash = frozenset().union(*(o for o in options if o & picked)) - picked
+    if clash & picked or any(len(o & picked) > 1 for o in options):
+        return None
+    return picked, clash | frozenset(n for n, v in pinned.items() if v != 1)
 
 
 def solve_by_covers(cset: ConstraintSet, time_limit_s: float, solver: str,
