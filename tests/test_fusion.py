@@ -22,10 +22,12 @@ from typer.testing import CliRunner, Result
 from synth.cli import app
 from synth.constraints import exhaustive
 from synth.constraints.fusion import candidate_groups, illegal_reason
+from synth.hwfile import load_hardware
 from synth.ir.materialize import materialize
 from synth.ir.nodes import Alloc, Compute, Load, Loop, Node, Store, walk
-from synth.lang import load_workload
-from synth.pipeline import validate
+from synth.lang import load_workload, parse_workload
+from synth.pipeline import encode, validate
+from synth.pipeline import solve as synth_solve
 
 
 def fused_groups(workload: str) -> list[list[str]]:
@@ -225,3 +227,23 @@ def _enclosing(nodes: tuple[Node, ...], match: Callable[[Node], bool],
             except LookupError:
                 continue
     raise LookupError("no such node")
+
+
+def test_two_candidates_that_each_need_the_others_result_are_never_both_chosen() -> None:
+    """Fuzz seed 97: each candidate is convex, but t1_y#1 and t0_t2_t3 need each other's
+    results first (t3 reads t1, y#1 reads t2). The optimum took both and no order of the
+    kernels existed (exit 70); `fusion.acyclic` forbids the pair, and the schedule
+    validates."""
+    text = ("size K = 256\nin x0 : bf16[K]\nin x1 : f32[K]\nout y : f32[]\n"
+            "t0[i] = x0[i]\nt1[i] += x1[i]\nt2[] max= t0[i]\n"
+            "t3[i] = sqrt(max(x0[i], t1[i]) / t0[i] * x0[i])\n"
+            "y[] += max(x1[i], t1[i] / t2[])\ny[] += -1\n")
+    workload = parse_workload(text, "<test>", "w")
+    model = encode(workload, load_hardware("cpu"))
+    pairs = [c.meaning for c in model.constraints.constraints if c.group == "fusion.acyclic"]
+    assert "kernels t1_y#1 and t0_t2_t3 each need a result of the other first: not both" \
+        in pairs
+    result = synth_solve(model, "cpsat", 30.0)
+    assert result.env is not None
+    assert not (result.env["fuse.t1_y#1"] and result.env["fuse.t0_t2_t3"])
+    assert validate(materialize(model, result.env), workload).passed

@@ -24,15 +24,18 @@ reductions (`combines`), the CPU's compute terms (`cpu_compute`), starting a ker
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 from collections import Counter
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+import networkx as nx
+
 from synth.constraints import expr as ex
 from synth.constraints import roofline, tiled
 from synth.constraints.dst import tiled_constraints
-from synth.constraints.fusion import kernel_order
+from synth.constraints.fusion import dependence_graph, kernel_order
 from synth.constraints.online import online_decision
 from synth.constraints.space import (
     ConstraintSet,
@@ -318,6 +321,7 @@ def build_model(workload: Workload, hw: Hardware, kernels: Sequence[KernelSpec],
     factors = build_factors(kernels, hw, slots, named)
     domains = dict(factors.domains)
     chosen, cover = fusion_choices(workload, kernels, domains)
+    cover += acyclic_constraints(workload, kernels, chosen)
     terms = [with_share_choices(with_pack_choice(with_buffer_choices(
         with_combine_choices(KernelTerms(k, factors, hw), domains), domains), domains),
         domains) for k in kernels]
@@ -379,6 +383,30 @@ def fusion_choices(workload: Workload, kernels: Sequence[KernelSpec],
         ex.Cmp(ex.add(*(chosen[k.name] for k in options)), "==", ex.ONE))
         for stmt, options in covering.items() if len(options) > 1]
     return chosen, cover
+
+
+def acyclic_constraints(workload: Workload, kernels: Sequence[KernelSpec],
+                        chosen: Mapping[str, ex.Int]) -> list[NamedConstraint]:
+    """`fusion.acyclic`: never two candidate kernels each of which needs a result of the
+    other first (a statement of each reaches one of the other through the dependence
+    graph), whatever runs in between: no order of the kernels would do. Each candidate
+    is convex on its own; two can still form a cycle (t1_y#1 and t0_t2_t3 of fuzz seed
+    97: t3 reads t1, y#1 reads t2)."""
+    graph = dependence_graph(workload)
+    index = {stmt.name: i for i, stmt in enumerate(workload.statements)}
+    deciding = [k for k in kernels if isinstance(chosen[k.name], ex.Var)]
+    members = {k.name: frozenset(index[s.name] for s in k.statements) for k in deciding}
+    reached = {name: frozenset().union(*(nx.descendants(graph, i) for i in stmts))
+               for name, stmts in members.items()}
+    out = []
+    for first, second in itertools.combinations(deciding, 2):
+        a, b = first.name, second.name
+        if not members[a] & members[b] and reached[a] & members[b] and reached[b] & members[a]:
+            # fuse.a = 1 -> fuse.b = 0, and fuse.b = 1 -> fuse.a = 0
+            out.append(NamedConstraint(
+                "fusion.acyclic", f"kernels {a} and {b} each need a result of the other "
+                f"first: not both", ex.Cmp(ex.add(chosen[a], chosen[b]), "<=", ex.ONE)))
+    return out
 
 
 def buffers_decision(kernel: str, memory: str) -> str:

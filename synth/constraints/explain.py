@@ -39,7 +39,8 @@ from synth.deadline import Deadline
 from synth.hardware import Hardware, TransferRules
 
 ALWAYS = "implied"  # redundant: always enforced by the solver, never blamed
-STRUCTURAL = "fusion.cover"  # every statement runs once: enforced outright, never blamed
+# every statement runs once, in kernels some order can run: enforced outright, never blamed
+STRUCTURAL = ("fusion.cover", "fusion.acyclic")
 CHECK_LIMIT_S = 10.0  # per feasibility check of `explain`
 VIOLATED_LIMIT_S = 1.0  # per search for the constraints of a group that fail
 LEAST_CHECK_S = 0.5  # a check's time past the deadline: an explanation needs one
@@ -134,7 +135,7 @@ class Feasibility:
         for constraint in cset.constraints:
             if constraint.group == ALWAYS:
                 continue
-            if constraint.group == STRUCTURAL:
+            if constraint.group in STRUCTURAL:
                 self.lowering.require(floor_divisions(constraint.cond))
                 continue
             if constraint.group not in self.literals:
@@ -349,7 +350,7 @@ def _tight(cond: ex.Cond, env: Mapping[str, int]) -> bool:
 
 
 def droppable(group: str) -> bool:
-    return group not in (ALWAYS, STRUCTURAL) and group not in UNDROPPABLE
+    return group != ALWAYS and group not in STRUCTURAL and group not in UNDROPPABLE
 
 
 def binding(cset: ConstraintSet, env: Mapping[str, int], objective: int,
