@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from conftest import (
@@ -247,3 +248,33 @@ def test_two_candidates_that_each_need_the_others_result_are_never_both_chosen()
     assert result.env is not None
     assert not (result.env["fuse.t1_y#1"] and result.env["fuse.t0_t2_t3"])
     assert validate(materialize(model, result.env), workload).passed
+
+
+RING = ("size N = 256\nin x : f32[N]\nout a_in : f32[N]\nout b_in : f32[N]\n"
+        "out c_in : f32[N]\na_out[i] = x[i] + 1\nb_out[i] = x[i] * 2\nc_out[i] = x[i] - 3\n"
+        "a_in[i] = a_out[i] + c_out[i]\nb_in[i] = b_out[i] + a_out[i]\n"
+        "c_in[i] = c_out[i] + b_out[i]\n")
+RING_PAIRS = ("fuse.a_out_a_in", "fuse.b_out_b_in", "fuse.c_out_c_in")
+
+
+def test_three_candidates_in_a_ring_are_never_all_chosen(tmp_path: Path) -> None:
+    """No two of a_out_a_in, b_out_b_in, c_out_c_in need each other, but the three need
+    each other's results in a ring: forced together they were exit 70 (no kernel
+    order); now the fixes conflict (exit 1, named), and any two of them solve."""
+    workload = parse_workload(RING, "<test>", "w")
+    model = encode(workload, load_hardware("cpu"))
+    rings = [c.meaning for c in model.constraints.constraints if c.group == "fusion.acyclic"]
+    assert ("kernels a_out_a_in, b_out_b_in and c_out_c_in need each other's results in "
+            "a ring: not all three") in rings
+    assert "kernels a_out_a_in and b_out_c_out_b_in_c_in each need a result of the other " \
+        "first: not both" in rings
+    path = tmp_path / "ring.syn"
+    path.write_text(RING)
+
+    def solve(*fixes: str) -> Result:
+        args = ["solve", str(path), "--hw", "cpu", *(a for f in fixes for a in ("--fix", f))]
+        return CliRunner().invoke(app, args)
+    every = solve(*(f"{name}=1" for name in RING_PAIRS))
+    assert every.exit_code == 1, every.output
+    assert all(f"user.fix.{name}" in every.output for name in RING_PAIRS)
+    assert solve(*(f"{name}=1" for name in RING_PAIRS[:2])).exit_code == 0

@@ -387,25 +387,51 @@ def fusion_choices(workload: Workload, kernels: Sequence[KernelSpec],
 
 def acyclic_constraints(workload: Workload, kernels: Sequence[KernelSpec],
                         chosen: Mapping[str, ex.Int]) -> list[NamedConstraint]:
-    """`fusion.acyclic`: never two candidate kernels each of which needs a result of the
-    other first (a statement of each reaches one of the other through the dependence
-    graph), whatever runs in between: no order of the kernels would do. Each candidate
-    is convex on its own; two can still form a cycle (t1_y#1 and t0_t2_t3 of fuzz seed
-    97: t3 reads t1, y#1 reads t2)."""
+    """`fusion.acyclic`: no kernels chosen together that no order could run. Each
+    candidate is convex on its own, yet:
+
+    - two can each need a result of the other first (a statement of each reaches one of
+      the other through the dependence graph, whatever runs in between): never both
+      (t1_y#1 and t0_t2_t3 of fuzz seed 97: t3 reads t1, y#1 reads t2);
+    - three can need each other's results in a ring, each reading the next one's first
+      statement in its last (a_out_a_in, b_out_b_in, c_out_c_in where a_in reads c_out,
+      b_in a_out, c_in b_out): never all three.
+
+    A ring of four or more such kernels is not excluded (none is known; `Model.selected`
+    would fail on one)."""
     graph = dependence_graph(workload)
     index = {stmt.name: i for i, stmt in enumerate(workload.statements)}
-    deciding = [k for k in kernels if isinstance(chosen[k.name], ex.Var)]
-    members = {k.name: frozenset(index[s.name] for s in k.statements) for k in deciding}
-    reached = {name: frozenset().union(*(nx.descendants(graph, i) for i in stmts))
-               for name, stmts in members.items()}
+    members = {k.name: frozenset(index[s.name] for s in k.statements) for k in kernels}
+    deciding = [k.name for k in kernels if isinstance(chosen[k.name], ex.Var)]
+    reached = {name: frozenset().union(*(nx.descendants(graph, i) for i in members[name]))
+               for name in deciding}
+    feeds = {name: frozenset().union(*(graph.successors(i) for i in members[name]))
+             for name in members}  # the statements its own read directly
+
+    def apart(*names: str) -> bool:
+        return all(not members[a] & members[b] for a, b in itertools.combinations(names, 2))
+
     out = []
-    for first, second in itertools.combinations(deciding, 2):
-        a, b = first.name, second.name
-        if not members[a] & members[b] and reached[a] & members[b] and reached[b] & members[a]:
+    exclusive: set[frozenset[str]] = set()
+    for a, b in itertools.combinations(deciding, 2):
+        if apart(a, b) and reached[a] & members[b] and reached[b] & members[a]:
+            exclusive.add(frozenset((a, b)))
             # fuse.a = 1 -> fuse.b = 0, and fuse.b = 1 -> fuse.a = 0
             out.append(NamedConstraint(
                 "fusion.acyclic", f"kernels {a} and {b} each need a result of the other "
                 f"first: not both", ex.Cmp(ex.add(chosen[a], chosen[b]), "<=", ex.ONE)))
+    for a, b, c in itertools.combinations(deciding, 3):
+        if not apart(a, b, c) or any(frozenset(pair) in exclusive
+                                     for pair in ((a, b), (b, c), (a, c))):
+            continue
+        ring = (feeds[a] & members[b] and feeds[b] & members[c] and feeds[c] & members[a]) \
+            or (feeds[a] & members[c] and feeds[c] & members[b] and feeds[b] & members[a])
+        if ring:
+            # all three -> a ring with no first kernel; any two leave the third out
+            out.append(NamedConstraint(
+                "fusion.acyclic", f"kernels {a}, {b} and {c} need each other's results "
+                f"in a ring: not all three",
+                ex.Cmp(ex.add(chosen[a], chosen[b], chosen[c]), "<=", ex.const(2))))
     return out
 
 
