@@ -401,37 +401,44 @@ def acyclic_constraints(workload: Workload, kernels: Sequence[KernelSpec],
     would fail on one)."""
     graph = dependence_graph(workload)
     index = {stmt.name: i for i, stmt in enumerate(workload.statements)}
-    members = {k.name: frozenset(index[s.name] for s in k.statements) for k in kernels}
-    deciding = [k.name for k in kernels if isinstance(chosen[k.name], ex.Var)]
-    reached = {name: frozenset().union(*(nx.descendants(graph, i) for i in members[name]))
+    specs = [k for k in kernels if isinstance(chosen[k.name], ex.Var)]
+    deciding = [k.name for k in specs]
+    members = {k.name: frozenset(index[s.name] for s in k.statements) for k in specs}
+    running: dict[int, list[str]] = {i: [] for i in graph}  # statement -> its candidates
+    for name in deciding:
+        for stmt in members[name]:
+            running[stmt].append(name)
+    below = {i: nx.descendants(graph, i) for i in graph}
+
+    def candidates_of(stmts: Iterable[int], name: str) -> set[str]:
+        """The candidates apart from `name` that run one of `stmts`."""
+        return {other for i in stmts for other in running[i]
+                if not members[other] & members[name]}
+
+    # candidates a statement of each reaches; those one of each reads directly
+    reaches = {name: candidates_of(set().union(*(below[i] for i in members[name])), name)
                for name in deciding}
-    feeds = {name: frozenset().union(*(graph.successors(i) for i in members[name]))
-             for name in members}  # the statements its own read directly
-
-    def apart(*names: str) -> bool:
-        return all(not members[a] & members[b] for a, b in itertools.combinations(names, 2))
-
+    feeds = {name: candidates_of(set().union(*(graph.successors(i) for i in members[name])),
+                                 name) for name in deciding}
     out = []
-    exclusive: set[frozenset[str]] = set()
     for a, b in itertools.combinations(deciding, 2):
-        if apart(a, b) and reached[a] & members[b] and reached[b] & members[a]:
-            exclusive.add(frozenset((a, b)))
+        if b in reaches[a] and a in reaches[b]:
             # fuse.a = 1 -> fuse.b = 0, and fuse.b = 1 -> fuse.a = 0
             out.append(NamedConstraint(
                 "fusion.acyclic", f"kernels {a} and {b} each need a result of the other "
                 f"first: not both", ex.Cmp(ex.add(chosen[a], chosen[b]), "<=", ex.ONE)))
-    for a, b, c in itertools.combinations(deciding, 3):
-        if not apart(a, b, c) or any(frozenset(pair) in exclusive
-                                     for pair in ((a, b), (b, c), (a, c))):
-            continue
-        ring = (feeds[a] & members[b] and feeds[b] & members[c] and feeds[c] & members[a]) \
-            or (feeds[a] & members[c] and feeds[c] & members[b] and feeds[b] & members[a])
-        if ring:
-            # all three -> a ring with no first kernel; any two leave the third out
-            out.append(NamedConstraint(
-                "fusion.acyclic", f"kernels {a}, {b} and {c} need each other's results "
-                f"in a ring: not all three",
-                ex.Cmp(ex.add(chosen[a], chosen[b], chosen[c]), "<=", ex.const(2))))
+    rings = {frozenset((a, b, c)) for a in deciding for b in feeds[a] for c in feeds[b]
+             if a in feeds[c] and not members[a] & members[c]}
+    order = {name: k for k, name in enumerate(deciding)}
+    for ring in sorted(rings, key=lambda r: sorted(order[n] for n in r)):
+        a, b, c = sorted(ring, key=order.__getitem__)
+        if any(y in reaches[x] and x in reaches[y] for x, y in ((a, b), (b, c), (a, c))):
+            continue  # a pair of them is excluded already
+        # all three -> a ring with no first kernel; any two leave the third out
+        out.append(NamedConstraint(
+            "fusion.acyclic", f"kernels {a}, {b} and {c} need each other's results in a "
+            f"ring: not all three",
+            ex.Cmp(ex.add(chosen[a], chosen[b], chosen[c]), "<=", ex.const(2))))
     return out
 
 
