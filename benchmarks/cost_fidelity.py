@@ -71,14 +71,13 @@ from synth.constraints import cpsat, greedy
 from synth.constraints import expr as ex
 from synth.constraints.cost import Model
 from synth.constraints.sample import random_schedule
-from synth.emit.c import emit_c
-from synth.emit.c_check import ALIGN, ONE_THREAD_ENV, WORKLOAD_FILE, c_tensors, check_c
+from synth.emit.c_check import ALIGN, ONE_THREAD_ENV, WORKLOAD_FILE, c_tensors
 from synth.hwfile import load_hardware
 from synth.ir.materialize import materialize
 from synth.ir.printer import print_program
 from synth.ir.verify import verify
 from synth.lang import list_builtin_workloads, load_workload
-from synth.measure import Timing, reference_data, relevant, spearman
+from synth.measure import reference_data, relevant, spearman, time_schedule
 
 HERE = Path(__file__).resolve().parent
 WORKLOADS = HERE / "workloads"
@@ -175,16 +174,6 @@ def schedules(model: Model, samples: int, time_limit_s: float
         if env is not None:
             found.append((f"sample {seed}", env))
     return found, solve_s
-
-
-def time_schedule(program: Any, workload: Any, hw: Any, out_dir: Path,
-                  data: tuple[Mapping[str, Any], Mapping[str, Any], Mapping[str, Any]],
-                  quick: bool = False, one_thread: bool = False) -> Timing:
-    """`synth.measure.time_schedule`, optionally timing one thread's CPU time."""
-    inputs, expected, bounds = data
-    emit_c(program, workload, hw, out_dir, inputs, expected, bounds)
-    check = check_c(out_dir, time_numpy=False, quick=quick, one_thread=one_thread)
-    return Timing(check.passed, check.run_s if check.passed else None, check.log)
 
 
 def interleaved(dirs: list[Path], rounds: int, one_thread: bool,

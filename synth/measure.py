@@ -305,23 +305,24 @@ class Timing:
 
 def time_schedule(program: Program, workload: Workload, hw: Hardware, out_dir: Path,
                   data: tuple[Mapping[str, Any], Mapping[str, Any], Mapping[str, Any]],
-                  quick: bool = True) -> Timing:
+                  quick: bool = True, one_thread: bool = False) -> Timing:
     """Emit `program` as C into `out_dir`, build it, check it against the reference and
     time it (NumPy is not timed). `data`: inputs, expected outputs, error bounds.
     `quick` (--measure): the checking call is the warm-up, and calls over a second are
-    timed 3 times, not 5 (`synth.emit.c_check.QUICK_RUNS`)."""
+    timed 3 times, not 5 (`synth.emit.c_check.QUICK_RUNS`); `one_thread`: one thread's
+    CPU time (`check_c`'s; benchmarks/cost_fidelity.py)."""
     from synth.emit.c import emit_c
 
     inputs, expected, bounds = data
     emit_c(program, workload, hw, out_dir, inputs, expected, bounds)
-    return time_emitted(out_dir, quick)
+    return time_emitted(out_dir, quick, one_thread)
 
 
-def time_emitted(out_dir: Path, quick: bool = True) -> Timing:
+def time_emitted(out_dir: Path, quick: bool = True, one_thread: bool = False) -> Timing:
     """`time_schedule` of the C already in `out_dir` (built already or not)."""
     from synth.emit.c_check import check_c
 
-    check = check_c(out_dir, time_numpy=False, quick=quick)
+    check = check_c(out_dir, time_numpy=False, quick=quick, one_thread=one_thread)
     return Timing(check.passed, check.run_s if check.passed else None, check.log)
 
 

@@ -426,8 +426,8 @@ def _pinned_start(cset: ConstraintSet, names: list[str], options: list[frozenset
             return None  # pinned to two values
     picked = frozenset(n for n, v in pinned.items() if v == 1)
     clash = frozenset().union(*(o for o in options if o & picked)) - picked
-    if clash & picked or any(len(o & picked) > 1 for o in options):
-        return None
+    if any(len(o & picked) > 1 for o in options):
+        return None  # two pinned kernels run one statement
     return picked, clash | frozenset(n for n, v in pinned.items() if v != 1)
 
 
