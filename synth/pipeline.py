@@ -183,12 +183,12 @@ def encode(workload: Workload, hw: Hardware, constraints: Sequence[str] = (),
     `emit`: the `--emit` target, whose emitter may not merge an online pass split
     across units (`online_terms.whole_pass_constraints`)."""
     kernels = candidate_kernels(workload, deadline, vectors=hw.compute.vector_tiles)
-    model = build_model(workload, hw, kernels)
+    model = build_model(workload, hw, kernels, deadline=deadline)
     _check(deadline, "encoding")
     extra = user.user_constraints(model, constraints, fixes)
     named = user.named_counts(model, extra)
     if named:  # counts the request names (--fix T=11) become candidates: build again
-        model = build_model(workload, hw, kernels, named=named)
+        model = build_model(workload, hw, kernels, named=named, deadline=deadline)
         _check(deadline, "encoding")
         extra = user.user_constraints(model, constraints, fixes)
     if emit is not None and emit not in targets.MERGES_ONLINE:

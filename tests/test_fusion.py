@@ -8,6 +8,7 @@ import random
 from collections.abc import Callable
 from pathlib import Path
 
+import networkx as nx
 import pytest
 from conftest import (
     SMALL_UPMEM,
@@ -22,8 +23,10 @@ from conftest import (
 from typer.testing import CliRunner, Result
 
 from synth.cli import app
-from synth.constraints import cpsat, exhaustive
-from synth.constraints.fusion import candidate_groups, illegal_reason
+from synth.constraints import cpsat, decompose, exhaustive
+from synth.constraints import expr as ex
+from synth.constraints.fusion import candidate_groups, illegal_reason, kernel_order
+from synth.constraints.space import fusion_decision, is_fusion_decision
 from synth.hwfile import load_hardware
 from synth.ir.materialize import materialize
 from synth.ir.nodes import Alloc, Compute, Load, Loop, Node, Store, walk
@@ -251,42 +254,51 @@ def test_two_candidates_that_each_need_the_others_result_are_never_both_chosen()
     assert validate(materialize(model, result.env), workload).passed
 
 
-RING = ("size N = 256\nin x : f32[N]\nout a_in : f32[N]\nout b_in : f32[N]\n"
-        "out c_in : f32[N]\na_out[i] = x[i] + 1\nb_out[i] = x[i] * 2\nc_out[i] = x[i] - 3\n"
-        "a_in[i] = a_out[i] + c_out[i]\nb_in[i] = b_out[i] + a_out[i]\n"
-        "c_in[i] = c_out[i] + b_out[i]\n")
-RING_PAIRS = ("fuse.a_out_a_in", "fuse.b_out_b_in", "fuse.c_out_c_in")
+def ring_workload(n: int) -> str:
+    """n pairs k_out, k_in; each k_in reads its own k_out and the previous pair's:
+    fused pairwise, the n kernels need each other's results in a ring."""
+    names = [chr(ord("a") + k) for k in range(n)]
+    return "\n".join(["size N = 256", "in x : f32[N]",
+                      *(f"out {k}_in : f32[N]" for k in names),
+                      *(f"{k}_out[i] = x[i] * {j + 2}" for j, k in enumerate(names)),
+                      *(f"{k}_in[i] = {k}_out[i] + {names[j - 1]}_out[i]"
+                        for j, k in enumerate(names))]) + "\n"
 
 
-def test_three_candidates_in_a_ring_are_never_all_chosen(tmp_path: Path) -> None:
-    """No two of a_out_a_in, b_out_b_in, c_out_c_in need each other, but the three need
-    each other's results in a ring: forced together they were exit 70 (no kernel
-    order); now the fixes conflict (exit 1, named), and any two of them solve."""
-    workload = parse_workload(RING, "<test>", "w")
-    model = encode(workload, load_hardware("cpu"))
+@pytest.mark.parametrize("n", [3, 4, 5])
+def test_candidates_in_a_ring_are_never_all_chosen(tmp_path: Path, n: int) -> None:
+    """No two of the pairs' kernels (a_out_a_in, ...) need each other, but all n need each
+    other's results in a ring: forced together they were exit 70 (no kernel order; for 3
+    since fuzz seed 97's fix, for 4 and more until rings of any length were listed); now
+    the fixes conflict (exit 1, each named), and all but one of them solve and
+    validate."""
+    text = ring_workload(n)
+    pairs = [f"fuse.{k}_out_{k}_in" for k in (chr(ord("a") + j) for j in range(n))]
+    model = encode(parse_workload(text, "<test>", "w"), load_hardware("cpu"))
     rings = [c.meaning for c in model.constraints.constraints if c.group == "fusion.acyclic"]
-    assert ("kernels a_out_a_in, b_out_b_in and c_out_c_in need each other's results in "
-            "a ring: not all three") in rings
-    assert "kernels a_out_a_in and b_out_c_out_b_in_c_in each need a result of the other " \
-        "first: not both" in rings
+    listed = ", ".join(p.removeprefix("fuse.") for p in pairs[:-1])
+    assert (f"kernels {listed} and {pairs[-1].removeprefix('fuse.')} need each other's "
+            f"results in a ring: not all {n}") in rings
     path = tmp_path / "ring.syn"
-    path.write_text(RING)
+    path.write_text(text)
 
     def solve(*fixes: str) -> Result:
         args = ["solve", str(path), "--hw", "cpu", *(a for f in fixes for a in ("--fix", f))]
         return CliRunner().invoke(app, args)
-    every = solve(*(f"{name}=1" for name in RING_PAIRS))
+    every = solve(*(f"{name}=1" for name in pairs))
     assert every.exit_code == 1, every.output
-    assert all(f"user.fix.{name}" in every.output for name in RING_PAIRS)
-    assert solve(*(f"{name}=1" for name in RING_PAIRS[:2])).exit_code == 0
+    assert all(f"user.fix.{name}" in every.output for name in pairs)
+    fewer = solve(*(f"{name}=1" for name in pairs[1:]))
+    assert fewer.exit_code == 0, fewer.output
+    assert "validation against NumPy: passed" in fewer.output
 
 
-def element_wise_dag(seed: int) -> str:
-    """A random element-wise workload of 4-8 statements: each adds two earlier tensors
-    (inputs or results); the results nothing reads are the outputs."""
+def element_wise_dag(seed: int, least: int = 4, most: int = 8) -> str:
+    """A random element-wise workload of `least` to `most` statements: each adds two
+    earlier tensors (inputs or results); the results nothing reads are the outputs."""
     rng = random.Random(seed)
     body, names = [], []
-    for k in range(rng.randint(4, 8)):
+    for k in range(rng.randint(least, most)):
         a, b = rng.choice(["x", "z", *names]), rng.choice(["x", "z", *names])
         body.append((f"t{k}", a, b))
         names.append(f"t{k}")
@@ -308,3 +320,37 @@ def test_random_element_wise_dags_schedule_in_some_kernel_order(seed: int) -> No
     result = cpsat.solve(model.constraints, 600.0, work_limit_s=60.0)
     assert result.env is not None
     assert validate(materialize(model, result.env), workload).passed
+
+
+def test_fusion_acyclic_forbids_exactly_the_covers_without_a_kernel_order() -> None:
+    """A random element-wise DAG of 12 statements whose candidates form rings of three and
+    four: over all 3,440 covers of its statements by candidate kernels, `fusion.acyclic`
+    allows a cover exactly when its kernels have an order (`kernel_order`). Before rings
+    of any length were listed, covers with rings of four were allowed and had none."""
+    workload = parse_workload(element_wise_dag(31, 12, 14), "<test>", "dag31")
+    model = encode(workload, load_hardware("cpu"))
+    cset = model.constraints
+    acyclic = [c for c in cset.constraints if c.group == "fusion.acyclic"]
+    assert {c.meaning.split("not all ")[-1] for c in acyclic if "ring" in c.meaning} \
+        == {"3", "4"}
+    names = [n for n in cset.decisions if is_fusion_decision(n)]
+    index = {s.name: i for i, s in enumerate(workload.statements)}
+    members = {fusion_decision(k.name): [index[s.name] for s in k.statements]
+               for k in model.kernels}
+    covers = decompose._exact_covers(cset, names)
+    assert len(covers) == 3440
+    ordered = allowed = 0
+    for values in covers:
+        env = dict(zip(names, values, strict=True))
+        groups = [members[n] for n in names if env[n]]
+        groups += [m for n, m in members.items() if n not in env]  # always their own kernel
+        try:
+            kernel_order(workload, groups)
+            has_order = True
+        except nx.NetworkXUnfeasible:
+            has_order = False
+        allows = all(ex.holds(c.cond, env) for c in acyclic)
+        assert allows == has_order, env
+        ordered += has_order
+        allowed += allows
+    assert 0 < ordered < len(covers)

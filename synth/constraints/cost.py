@@ -24,18 +24,16 @@ reductions (`combines`), the CPU's compute terms (`cpu_compute`), starting a ker
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import math
 from collections import Counter
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-import networkx as nx
-
 from synth.constraints import expr as ex
 from synth.constraints import roofline, tiled
+from synth.constraints.acyclic import acyclic_constraints
 from synth.constraints.dst import tiled_constraints
-from synth.constraints.fusion import dependence_graph, kernel_order
+from synth.constraints.fusion import kernel_order
 from synth.constraints.online import online_decision
 from synth.constraints.space import (
     ConstraintSet,
@@ -49,6 +47,7 @@ from synth.constraints.space import (
     fusion_decision,
     hierarchy_slots,
 )
+from synth.deadline import Deadline
 from synth.hardware import Hardware, Memory
 from synth.workload import Statement, Workload, op_classes
 
@@ -311,9 +310,11 @@ class Model:
 
 def build_model(workload: Workload, hw: Hardware, kernels: Sequence[KernelSpec],
                 extra: Sequence[NamedConstraint] = (),
-                named: Mapping[str, Collection[int]] | None = None) -> Model:
+                named: Mapping[str, Collection[int]] | None = None,
+                deadline: Deadline | None = None) -> Model:
     """The schedule space of `kernels` (the candidates) on `hw`; `named` adds unit counts
-    a request names to the spatial factors' candidates (`space.build_factors`)."""
+    a request names to the spatial factors' candidates (`space.build_factors`). Past
+    `deadline` while listing the rings of `fusion.acyclic`: `SolveTimeout` (exit 3)."""
     from synth.constraints.combines import combine_symmetry, with_combine_choices
     from synth.constraints.intrinsic import intrinsic_constraints, with_pack_choice
     from synth.constraints.sharing import share_constraints, with_share_choices
@@ -321,7 +322,7 @@ def build_model(workload: Workload, hw: Hardware, kernels: Sequence[KernelSpec],
     factors = build_factors(kernels, hw, slots, named)
     domains = dict(factors.domains)
     chosen, cover = fusion_choices(workload, kernels, domains)
-    cover += acyclic_constraints(workload, kernels, chosen)
+    cover += acyclic_constraints(workload, kernels, chosen, deadline)
     terms = [with_share_choices(with_pack_choice(with_buffer_choices(
         with_combine_choices(KernelTerms(k, factors, hw), domains), domains), domains),
         domains) for k in kernels]
@@ -383,63 +384,6 @@ def fusion_choices(workload: Workload, kernels: Sequence[KernelSpec],
         ex.Cmp(ex.add(*(chosen[k.name] for k in options)), "==", ex.ONE))
         for stmt, options in covering.items() if len(options) > 1]
     return chosen, cover
-
-
-def acyclic_constraints(workload: Workload, kernels: Sequence[KernelSpec],
-                        chosen: Mapping[str, ex.Int]) -> list[NamedConstraint]:
-    """`fusion.acyclic`: no kernels chosen together that no order could run. Each
-    candidate is convex on its own, yet:
-
-    - two can each need a result of the other first (a statement of each reaches one of
-      the other through the dependence graph, whatever runs in between): never both
-      (t1_y#1 and t0_t2_t3 of fuzz seed 97: t3 reads t1, y#1 reads t2);
-    - three can need each other's results in a ring, each reading the next one's first
-      statement in its last (a_out_a_in, b_out_b_in, c_out_c_in where a_in reads c_out,
-      b_in a_out, c_in b_out): never all three.
-
-    A ring of four or more such kernels is not excluded (none is known; `Model.selected`
-    would fail on one)."""
-    graph = dependence_graph(workload)
-    index = {stmt.name: i for i, stmt in enumerate(workload.statements)}
-    specs = [k for k in kernels if isinstance(chosen[k.name], ex.Var)]
-    deciding = [k.name for k in specs]
-    members = {k.name: frozenset(index[s.name] for s in k.statements) for k in specs}
-    running: dict[int, list[str]] = {i: [] for i in graph}  # statement -> its candidates
-    for name in deciding:
-        for stmt in members[name]:
-            running[stmt].append(name)
-    below = {i: nx.descendants(graph, i) for i in graph}
-
-    def candidates_of(stmts: Iterable[int], name: str) -> set[str]:
-        """The candidates apart from `name` that run one of `stmts`."""
-        return {other for i in stmts for other in running[i]
-                if not members[other] & members[name]}
-
-    # candidates a statement of each reaches; those one of each reads directly
-    reaches = {name: candidates_of(set().union(*(below[i] for i in members[name])), name)
-               for name in deciding}
-    feeds = {name: candidates_of(set().union(*(graph.successors(i) for i in members[name])),
-                                 name) for name in deciding}
-    out = []
-    for a, b in itertools.combinations(deciding, 2):
-        if b in reaches[a] and a in reaches[b]:
-            # fuse.a = 1 -> fuse.b = 0, and fuse.b = 1 -> fuse.a = 0
-            out.append(NamedConstraint(
-                "fusion.acyclic", f"kernels {a} and {b} each need a result of the other "
-                f"first: not both", ex.Cmp(ex.add(chosen[a], chosen[b]), "<=", ex.ONE)))
-    rings = {frozenset((a, b, c)) for a in deciding for b in feeds[a] for c in feeds[b]
-             if a in feeds[c] and not members[a] & members[c]}
-    order = {name: k for k, name in enumerate(deciding)}
-    for ring in sorted(rings, key=lambda r: sorted(order[n] for n in r)):
-        a, b, c = sorted(ring, key=order.__getitem__)
-        if any(y in reaches[x] and x in reaches[y] for x, y in ((a, b), (b, c), (a, c))):
-            continue  # a pair of them is excluded already
-        # all three -> a ring with no first kernel; any two leave the third out
-        out.append(NamedConstraint(
-            "fusion.acyclic", f"kernels {a}, {b} and {c} need each other's results in a "
-            f"ring: not all three",
-            ex.Cmp(ex.add(chosen[a], chosen[b], chosen[c]), "<=", ex.const(2))))
-    return out
 
 
 def buffers_decision(kernel: str, memory: str) -> str:

@@ -177,7 +177,7 @@ def candidate_groups(workload: Workload, deadline: Deadline | None = None
     found: set[tuple[int, ...]] = {(i,) for i in graph.nodes}
     frontier = sorted(found)
     while frontier:
-        _check(deadline, "listing the candidate kernels")
+        check_deadline(deadline, "listing the candidate kernels")
         grown: set[tuple[int, ...]] = set()
         for group in frontier:
             if len(group) >= MAX_FUSED:
@@ -191,12 +191,12 @@ def candidate_groups(workload: Workload, deadline: Deadline | None = None
         # statement becomes inside), so growth continues through illegal groups
         found |= grown
         frontier = sorted(grown)
-    _check(deadline, "listing the candidate kernels")
+    check_deadline(deadline, "listing the candidate kernels")
     legal = [g for g in found if illegal_reason(workload, g, graph) is None]
     return sorted(legal, key=lambda g: (len(g), g))
 
 
-def _check(deadline: Deadline | None, doing: str) -> None:
+def check_deadline(deadline: Deadline | None, doing: str) -> None:
     if deadline is not None and deadline.expired():
         raise SolveTimeout(f"the time limit of {deadline.seconds:g} s ran out while {doing}, "
                            f"before any schedule was found")

@@ -54,8 +54,9 @@ UNDROPPABLE = {
               "over the others, exactly: ragged tiles are not modelled)",
     "fusion.cover": "it makes every statement run exactly once (to force or forbid a "
                     "fusion, use --fix fuse.KERNEL=1 or =0)",
-    "fusion.acyclic": "without it two fused kernels could each need a result of the "
-                      "other first (to forbid a fusion, use --fix fuse.KERNEL=0)",
+    "fusion.acyclic": "without it fused kernels could need each other's results first, "
+                      "and no order would run them (to forbid a fusion, use --fix "
+                      "fuse.KERNEL=0)",
     "fusion.complete": "without it a fused fill or epilogue would see a partial "
                        "reduction (to forbid that fusion, use --fix fuse.KERNEL=0)",
     "fusion.writes": "without it several units would store the same elements of a fused "
