@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from synth import measure, progress
+from synth import measure, progress, shrink
 from synth.constraints import cpsat, exhaustive, explain, greedy, user, z3backend
 from synth.constraints.cost import Model, build_model, evaluate_cost
 from synth.constraints.result import SolveResult, Status
@@ -95,6 +95,9 @@ class Validation:
     max_rel_err: float
     wall_s: float
     per_output: Mapping[str, Mapping[str, Any]]
+    # the smaller sizes the schedule ran at (`shrink`: the workload is past
+    # shrink.MAX_POINTS); None: the workload's own
+    sizes: Mapping[str, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -272,6 +275,34 @@ def validate(program: Program, workload: Workload, seed: int = 0) -> Validation:
         wall_s=time.perf_counter() - start, per_output=per_output)
 
 
+def validate_schedule(request: Request, model: Model, env: Mapping[str, int],
+                      program: Program, hw: Hardware) -> Validation:
+    """`validate`; on a workload past `shrink.MAX_POINTS` iteration points, the same
+    schedule with fewer loop steps on a smaller instance (`shrink`): the smallest of
+    `shrink.plan`'s steps at which the model holds for the rescaled decisions, verified
+    on `hw` and run. Where there is none, the whole workload is run."""
+    for sizes in reversed(shrink.plan(model, env,
+                                      lambda at: load_workload(request.workload, at))):
+        smaller = load_workload(request.workload, sizes)
+        small = encode(smaller, model.hw, (), (), request.drops, None, request.emit)
+        small_env = small.constraints.complete(shrink.rescale(model, env, small))
+        if small.constraints.violated(small_env):
+            continue
+        small_program = materialize(small, small_env)
+        try:
+            verify(small_program, smaller, hw)
+        except IRError as exc:
+            raise IRError(f"the schedule at {_listed_sizes(sizes)} (fewer loop steps, to "
+                          f"validate it): {exc}") from None
+        return dataclasses.replace(validate(small_program, smaller, request.seed),
+                                   sizes=dict(sizes))
+    return validate(program, model.workload, request.seed)
+
+
+def _listed_sizes(sizes: Mapping[str, int]) -> str:
+    return ", ".join(f"{name}={value}" for name, value in sizes.items())
+
+
 def check_emit(request: Request, hw: Hardware | None = None) -> None:
     """--emit names a known target and comes with --out (and --out with --emit); with the
     hardware, the target can run on it (see `synth.emit.targets`)."""
@@ -341,8 +372,8 @@ def run(request: Request) -> Outcome:
     timed("verify", verify, program, workload, checked_hw)
     proof = timed("prove", prove, program, workload, checked_hw, request.ranges, dep)
     cost = evaluate_cost(model, dict(result.env))
-    validation = (timed("validate", validate, program, workload, request.seed)
-                  if request.validate else None)
+    validation = (timed("validate", validate_schedule, request, model, result.env, program,
+                        checked_hw) if request.validate else None)
     ranged = dep is not None and any(r.count > 1 for r in request.ranges.values())
     smallest = (timed("validate smallest", run_smallest, request, program, workload,
                       checked_hw, dep)

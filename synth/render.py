@@ -18,7 +18,7 @@ from typing import Any
 from rich import box
 from rich.table import Table
 
-from synth import pipeline, report
+from synth import pipeline, report, shrink
 from synth.calibrate import Calibration
 from synth.cli import EXIT_OK, format_seconds, make_console
 from synth.constraints import user
@@ -183,9 +183,22 @@ def validation_line(outcome: Outcome) -> str:
     verdict = "passed" if v.passed else "FAILED"
     failing = [name for name, o in v.per_output.items() if not o.get("passed", True)]
     where = f" (outputs {', '.join(failing)})" if failing else ""
-    return (f"validation against NumPy: {verdict}{where}, max abs err "
+    if v.sizes is not None:
+        changed = ", ".join(f"{k}={n}" for k, n in v.sizes.items()
+                            if n != outcome.workload.sizes.get(k))
+        full = shrink.points(outcome.workload)
+        where = (f" at {changed} (the same schedule with fewer loop steps: the workload "
+                 f"has {_count(full)} iteration points, over the {_count(shrink.MAX_POINTS)} "
+                 f"run in full){where}")
+    return (f"validation against NumPy{where}: {verdict}, max abs err "
             f"{format_error(v.max_abs_err)}, max rel err {format_error(v.max_rel_err)}"
             f"{bound_note(v.per_output)} ({format_seconds(v.wall_s)})")
+
+
+def _count(n: int) -> str:
+    """4.5e11."""
+    mantissa, _, exponent = f"{n:.2g}".partition("e")
+    return f"{mantissa}e{int(exponent)}" if exponent else mantissa
 
 
 def bound_note(per_output: Mapping[str, Mapping[str, Any]]) -> str:

@@ -286,7 +286,7 @@ def validation_json(outcome: Outcome) -> dict[str, Any] | None:
     used = [o.get("tolerance_used", 0.0) for o in v.per_output.values()]
     return {"passed": v.passed, "max_abs_err": v.max_abs_err, "max_rel_err": v.max_rel_err,
             "tolerance_used": max(used, default=0.0), "wall_s": v.wall_s,
-            "per_output": v.per_output}
+            "per_output": v.per_output, "sizes": None if v.sizes is None else dict(v.sizes)}
 
 
 def infeasible_message(outcome: Outcome) -> str:
