@@ -183,14 +183,15 @@ def validation_line(outcome: Outcome) -> str:
     verdict = "passed" if v.passed else "FAILED"
     failing = [name for name, o in v.per_output.items() if not o.get("passed", True)]
     where = f" (outputs {', '.join(failing)})" if failing else ""
+    at = ""
     if v.sizes is not None:
         changed = ", ".join(f"{k}={n}" for k, n in v.sizes.items()
                             if n != outcome.workload.sizes.get(k))
         full = shrink.points(outcome.workload)
-        where = (f" at {changed} (the same schedule with fewer loop steps: the workload "
-                 f"has {_count(full)} iteration points, over the {_count(shrink.MAX_POINTS)} "
-                 f"run in full){where}")
-    return (f"validation against NumPy{where}: {verdict}, max abs err "
+        at = (f" at {changed} (the same schedule with fewer loop steps: the workload has "
+              f"{_count(full)} iteration points, over the {_count(shrink.MAX_POINTS)} run "
+              f"in full)")
+    return (f"validation against NumPy{at}: {verdict}{where}, max abs err "
             f"{format_error(v.max_abs_err)}, max rel err {format_error(v.max_rel_err)}"
             f"{bound_note(v.per_output)} ({format_seconds(v.wall_s)})")
 
