@@ -278,25 +278,22 @@ def validate(program: Program, workload: Workload, seed: int = 0) -> Validation:
 def validate_schedule(request: Request, model: Model, env: Mapping[str, int],
                       program: Program, hw: Hardware) -> Validation:
     """`validate`; on a workload past `shrink.MAX_POINTS` iteration points, the same
-    schedule with fewer loop steps on a smaller instance (`shrink`): the smallest of
-    `shrink.plan`'s steps at which the model holds for the rescaled decisions, verified
-    on `hw` and run. Where there is none, the whole workload is run."""
-    for sizes in reversed(shrink.plan(model, env,
-                                      lambda at: load_workload(request.workload, at))):
-        smaller = load_workload(request.workload, sizes)
-        small = encode(smaller, model.hw, (), (), request.drops, None, request.emit)
-        small_env = small.constraints.complete(shrink.rescale(model, env, small))
-        if small.constraints.violated(small_env):
-            continue
-        small_program = materialize(small, small_env)
-        try:
-            verify(small_program, smaller, hw)
-        except IRError as exc:
-            raise IRError(f"the schedule at {_listed_sizes(sizes)} (fewer loop steps, to "
-                          f"validate it): {exc}") from None
-        return dataclasses.replace(validate(small_program, smaller, request.seed),
-                                   sizes=dict(sizes))
-    return validate(program, model.workload, request.seed)
+    schedule with fewer loop steps on a smaller instance (`shrink.smaller_schedule`),
+    verified on `hw` and run. Where there is none, the whole workload is run."""
+    smaller = shrink.smaller_schedule(
+        model, env, lambda at: load_workload(request.workload, at),
+        lambda at: encode(at, model.hw, (), (), request.drops, None, request.emit))
+    if smaller is None:
+        return validate(program, model.workload, request.seed)
+    sizes, small, small_env = smaller
+    small_program = materialize(small, small_env)
+    try:
+        verify(small_program, small.workload, hw)
+    except IRError as exc:
+        raise IRError(f"the schedule at {_listed_sizes(sizes)} (fewer loop steps, to "
+                      f"validate it): {exc}") from None
+    return dataclasses.replace(validate(small_program, small.workload, request.seed),
+                               sizes=dict(sizes))
 
 
 def _listed_sizes(sizes: Mapping[str, int]) -> str:

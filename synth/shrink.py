@@ -3,17 +3,18 @@
 Validation interprets the loop nest with NumPy (`ir.interpret`). That takes seconds on the
 built-ins, about 20 s on the transformer block's 7.1e9 iteration points, and half an hour
 on a Llama-7B layer's 4.5e11. Past `MAX_POINTS`, the schedule is run on a smaller
-instance instead, with everything the schedule chose kept: the fusion, the placements,
-every tile below the outermost sequential loops, the loop orders, the unit counts. Only
-the counts of sequential loops shrink, outermost first (the root loop, whose count is the
-extent over the tiles below it; then the caches' loops, outer first), never a compute
-tile (the innermost slot) or a unit count.
+instance instead, with what the schedule chose kept: the fusion, the placements, the
+loop orders, the compute tiles (the innermost slot), every tile below the loops that
+shrink. The counts of sequential loops shrink first, outermost first (the root loop,
+whose count is the extent over the tiles below it; then the caches' loops); where those
+cannot take it, the units a dimension is spread over, outermost level first (UPMEM
+spreads a row of 2048 over ranks, DPUs and tasklets, with no sequential loop over it).
 
 The sizes are chosen by `plan`: the largest size is divided by its smallest prime factor
 while every kernel's loops over it can absorb the division, until the workload has at
-most `SHRUNK_POINTS`; `rescale` then gives the schedule's decisions at those sizes, which
-`pipeline.validate_schedule` checks against the model encoded there before running it
-(where they break a constraint of it, the step before is tried).
+most `SHRUNK_POINTS`; `rescale` then gives the schedule's decisions at those sizes, and
+`smaller_schedule` checks them against the model encoded there (where they break a
+constraint of it, the step before is tried).
 The same workload and schedule give the same sizes (no timing is involved).
 """
 
@@ -74,6 +75,22 @@ def plan(model: Model, env: Mapping[str, int], load: Callable[[dict[str, int]], 
     return found
 
 
+def smaller_schedule(model: Model, env: Mapping[str, int],
+                     load: Callable[[dict[str, int]], Workload],
+                     encode: Callable[[Workload], Model]
+                     ) -> tuple[dict[str, int], Model, dict[str, int]] | None:
+    """The smallest of `plan`'s steps at which the rescaled decisions are a schedule of
+    the model there (`encode` builds it): its sizes, that model and the decisions
+    (complete); None when the workload is within `MAX_POINTS` or no step keeps the
+    schedule."""
+    for sizes in reversed(plan(model, env, load)):
+        small = encode(load(sizes))
+        small_env = small.constraints.complete(rescale(model, env, small))
+        if not small.constraints.violated(small_env):
+            return sizes, small, small_env
+    return None
+
+
 def rescale(model: Model, env: Mapping[str, int], smaller: Model) -> dict[str, int]:
     """The decisions of `smaller` (the model at `plan`'s sizes) that keep the schedule
     `env` of `model`: each chosen kernel's sequential loops take fewer steps (`_steps`);
@@ -93,12 +110,12 @@ def rescale(model: Model, env: Mapping[str, int], smaller: Model) -> dict[str, i
 
 def _steps(model: Model, env: Mapping[str, int], kernel: KernelSpec, smaller: Workload
            ) -> dict[str, int] | None:
-    """Kernel `kernel`'s extents (`ext.K.d`) and sequential factors at the sizes of
-    `smaller`: each dimension's extent divided by q = old / new, taken out of its
-    sequential slots outermost first (the root's count, then the caches' steps); None when
-    a dimension shrinks by other than a whole factor, is padded or would be (the new
-    extent is not whole tiles of the hardware's), or its loops cannot take all of q
-    without changing a compute tile or a unit count."""
+    """Kernel `kernel`'s extents (`ext.K.d`) and factors at the sizes of `smaller`: each
+    dimension's extent divided by q = old / new, taken out of its sequential slots
+    outermost first (the root's count, then the caches' steps), then out of its spatial
+    ones, outermost first; None when a dimension shrinks by other than a whole factor, is
+    padded or would be (the new extent is not whole tiles of the hardware's), or its
+    loops cannot take all of q without changing a compute tile."""
     slots = model.slots
     root = next(i for i, s in enumerate(slots) if s.name == model.hw.root_memory.name
                 and s.kind is SlotKind.TEMPORAL)
@@ -110,6 +127,8 @@ def _steps(model: Model, env: Mapping[str, int], kernel: KernelSpec, smaller: Wo
     for dim in kernel.dims:
         new = next(by_name[s.name].extents[dim] for s in kernel.statements
                    if dim in s.dims)
+        if new == kernel.extents[dim]:
+            continue  # its factors stay, padded or not
         ext = f"ext.{kernel.name}.{dim}"
         whole = tiled_extent(kernel.extents[dim], units.get(dim, 1))
         new_whole = tiled_extent(new, units.get(dim, 1))
@@ -119,13 +138,17 @@ def _steps(model: Model, env: Mapping[str, int], kernel: KernelSpec, smaller: Wo
         factors = {i: ex.evaluate(model.factors.of(kernel.name, dim, i), env)
                    for i in range(len(slots)) if i != root}
         root_count = whole // math.prod(factors.values())
-        for index, slot in enumerate(slots):
+        # the sequential loops outermost first, then the units (outermost level first)
+        order = sorted((i for i in range(innermost)),
+                       key=lambda i: (slots[i].kind is not SlotKind.TEMPORAL, i))
+        for index in order:
             if left == 1:
                 break
-            if slot.kind is not SlotKind.TEMPORAL or index == innermost:
-                continue
             value = root_count if index == root else factors[index]
             taken = math.gcd(value, left)
+            if slots[index].kind is SlotKind.SPATIAL and value > 1:
+                # a dimension spread over units stays spread (units share tiles, combine)
+                taken = math.gcd(value // 2, left) if taken == value else taken
             left //= taken
             if index != root:
                 factors[index] = value // taken

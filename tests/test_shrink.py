@@ -12,7 +12,8 @@ from typer.testing import CliRunner
 from synth import pipeline, shrink
 from synth.cli import app
 from synth.constraints import cpsat
-from synth.constraints.space import SlotKind, var_name
+from synth.constraints import expr as ex
+from synth.constraints.space import SlotKind
 from synth.hwfile import load_hardware
 from synth.ir.materialize import materialize
 from synth.ir.verify import verify
@@ -36,9 +37,10 @@ def test_every_built_in_is_validated_at_its_own_sizes() -> None:
 def test_the_smaller_instance_keeps_the_schedule(monkeypatch: pytest.MonkeyPatch,
                                                  workload: str, hardware: str) -> None:
     """Forced to shrink: the sizes are smaller, the rescaled decisions are a schedule of
-    the model at those sizes (no constraint broken), with the same fusion, compute tiles
-    (the innermost slot) and unit counts; only sequential loops' steps and extents
-    change, and the smaller program verifies and matches NumPy."""
+    the model at those sizes (no constraint broken), with the same fusion and compute
+    tiles (the innermost slot); a dimension's units shrink only once its sequential
+    loops are down to one step, and a dimension spread over units stays spread; and the
+    smaller program verifies and matches NumPy."""
     monkeypatch.setattr(shrink, "MAX_POINTS", 0)
     monkeypatch.setattr(shrink, "SHRUNK_POINTS", 10**5)
     hw = load_hardware(hardware)
@@ -46,24 +48,30 @@ def test_the_smaller_instance_keeps_the_schedule(monkeypatch: pytest.MonkeyPatch
     result = cpsat.solve(model.constraints, 600.0, work_limit_s=60.0)
     assert result.env is not None
     steps = shrink.plan(model, result.env, lambda at: load_workload(workload, at))
-    assert steps
-    sizes = steps[-1]
     assert all(a[n] >= b[n] for a, b in zip([model.workload.sizes, *steps], steps,
                                              strict=False) for n in a)
-    assert all(sizes[n] <= v for n, v in model.workload.sizes.items())
-    assert sizes != model.workload.sizes
-    small = pipeline.encode(load_workload(workload, sizes), hw)
-    env = small.constraints.complete(shrink.rescale(model, result.env, small))
+    found = shrink.smaller_schedule(model, result.env, lambda at: load_workload(workload, at),
+                                    lambda at: pipeline.encode(at, hw))
+    assert found is not None
+    sizes, small, env = found
+    assert sizes in steps and sizes != model.workload.sizes
     assert small.constraints.violated(env) == []
     assert [k.name for k in small.selected(env)] == [k.name for k in
                                                      model.selected(result.env)]
     innermost = len(model.slots) - 1
     for kernel in model.selected(result.env):
         for dim in kernel.dims:
-            for index, slot in enumerate(model.slots):
-                name = var_name(slot.symbol, kernel.name, dim)
-                if name in env and (slot.kind is SlotKind.SPATIAL or index == innermost):
-                    assert env[name] == result.env[name], name
+            old = [ex.evaluate(model.factors.of(kernel.name, dim, i), result.env)
+                   for i in range(len(model.slots))]
+            new = [ex.evaluate(small.factors.of(kernel.name, dim, i), env)
+                   for i in range(len(model.slots))]
+            assert new[innermost] == old[innermost], (kernel.name, dim)
+            spread = [i for i, slot in enumerate(model.slots) if slot.kind is SlotKind.SPATIAL]
+            sequential = [i for i, slot in enumerate(model.slots)
+                          if slot.kind is SlotKind.TEMPORAL and i != innermost]
+            assert all(new[i] > 1 for i in spread if old[i] > 1), (kernel.name, dim)
+            if any(new[i] != old[i] for i in spread):  # units are taken last
+                assert all(new[i] == 1 for i in sequential), (kernel.name, dim)
     program = materialize(small, env)
     verify(program, small.workload, hw)
     assert pipeline.validate(program, small.workload).passed
