@@ -5,6 +5,7 @@ lowered here so that small workloads take that path."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -109,3 +110,23 @@ def test_solve_reports_the_smaller_sizes(monkeypatch: pytest.MonkeyPatch) -> Non
     line = next(s for s in human.output.splitlines() if s.startswith("validation"))
     assert line.startswith("validation against NumPy at " + ", ".join(
         f"{k}={v}" for k, v in shrunk.items() if v != 128))
+
+
+def test_a_wrong_result_at_the_smaller_sizes_is_exit_4(monkeypatch: pytest.MonkeyPatch
+                                                       ) -> None:
+    """The smaller instance is compared with NumPy like the whole one: an interpreter
+    that is off by one fails it, exit 4, and the line names the sizes it ran at."""
+    monkeypatch.setattr(shrink, "MAX_POINTS", 10**6)
+    monkeypatch.setattr(shrink, "SHRUNK_POINTS", 10**5)
+    real = pipeline.interpret
+
+    def off_by_one(program: Any, workload: Any, inputs: Any) -> dict[str, Any]:
+        assert shrink.points(workload) <= 10**5  # only the smaller instance runs
+        return {name: value + 1 for name, value in real(program, workload, inputs).items()}
+
+    monkeypatch.setattr(pipeline, "interpret", off_by_one)
+    run = CliRunner().invoke(app, ["solve", "matmul", "--hw", "cpu", "--set", "M=128",
+                                   "--set", "N=128", "--set", "K=128"])
+    assert run.exit_code == 4, run.output
+    line = next(s for s in run.output.splitlines() if s.startswith("validation"))
+    assert "fewer loop steps" in line and ": FAILED" in line
