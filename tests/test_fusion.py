@@ -293,6 +293,35 @@ def test_candidates_in_a_ring_are_never_all_chosen(tmp_path: Path, n: int) -> No
     assert "validation against NumPy: passed" in fewer.output
 
 
+RING_THROUGH_FIXED = ("size N = 256\nin x : f32[N]\nout a_in : f32[N]\nout b_in : f32[N]\n"
+                      "out c_in : f32[N]\na_out[i] = x[i] + 1\nb_out[i] = x[i] * 2\n"
+                      "c_out[i] = x[i] - 3\nkk[t] = a_out[t] * 5\n"
+                      "a_in[i] = a_out[i] + c_out[i]\nb_in[i] = b_out[i] + kk[i]\n"
+                      "c_in[i] = c_out[i] + b_out[i]\n")
+
+
+def test_a_ring_through_a_kernel_always_chosen_is_never_all_chosen(tmp_path: Path) -> None:
+    """kk (over t) fuses with nothing, so it is always its own kernel; a_out_a_in feeds
+    it, it feeds b_out_b_in, which feeds c_out_c_in, which feeds a_out_a_in. No two of
+    the three need each other, and none feeds the next directly: forced together they
+    were exit 70 until the rings ran through kernels always chosen; now exit 1."""
+    model = encode(parse_workload(RING_THROUGH_FIXED, "<test>", "w"), load_hardware("cpu"))
+    assert not isinstance(model.chosen["kk"], ex.Var)
+    rings = [c.meaning for c in model.constraints.constraints if c.group == "fusion.acyclic"]
+    assert ("kernels kk, b_out_b_in, c_out_c_in and a_out_a_in need each other's results "
+            "in a ring: not all 4") in rings
+    path = tmp_path / "ring.syn"
+    path.write_text(RING_THROUGH_FIXED)
+    fixes = ["fuse.a_out_a_in=1", "fuse.b_out_b_in=1", "fuse.c_out_c_in=1"]
+    run = CliRunner().invoke(app, ["solve", str(path), "--hw", "cpu",
+                                   *(a for f in fixes for a in ("--fix", f))])
+    assert run.exit_code == 1, run.output
+    fewer = CliRunner().invoke(app, ["solve", str(path), "--hw", "cpu",
+                                     *(a for f in fixes[1:] for a in ("--fix", f))])
+    assert fewer.exit_code == 0, fewer.output
+    assert "validation against NumPy: passed" in fewer.output
+
+
 def element_wise_dag(seed: int, least: int = 4, most: int = 8) -> str:
     """A random element-wise workload of `least` to `most` statements: each adds two
     earlier tensors (inputs or results); the results nothing reads are the outputs."""

@@ -8,14 +8,14 @@ no order that respects the dependences, and then the schedule cannot run at all:
   fuzz seed 97: t3 reads t1, y#1 reads t2). Never both;
 - more can need each other's results in a ring, each reading a result of the one before
   it (a_out_a_in, b_out_b_in, c_out_c_in where b_in reads a_out, c_in b_out and a_in
-  c_out). Never all of a ring.
+  c_out), possibly through kernels that are always chosen. Never all of a ring.
 
 The constraints are complete: if the chosen kernels (disjoint, they cover the statements)
 had no order, the graph of kernels, an edge where one reads a result of another, would
-have a cycle; a simple one is a ring of disjoint candidates, each reading a result of
-the one before, no two of them a pair excluded already, and three or more (two would be
-such a pair). Every such ring is listed
-(`rings`), so no cycle is left for `Model.selected` to fail on.
+have a cycle; a simple one is a ring of disjoint kernels, each reading a result of the
+one before, no two of them a pair excluded already, and three or more (two would be such
+a pair, or a candidate that is not convex). Every such ring is listed (`rings`), so no
+cycle is left for `Model.selected` to fail on.
 """
 
 from __future__ import annotations
@@ -37,34 +37,38 @@ STEPS_PER_CHECK = 4096  # ring search steps between looks at the deadline
 def acyclic_constraints(workload: Workload, kernels: Sequence[KernelSpec],
                         chosen: Mapping[str, ex.Int], deadline: Deadline | None = None
                         ) -> list[NamedConstraint]:
-    """The pairs and the rings of candidates (those with a decision in `chosen`) that no
-    order could run, each as a constraint that not all of it is chosen. Past `deadline`
+    """The pairs of candidates (those with a decision in `chosen`) and the rings of
+    kernels that no order could run, each as a constraint that not all of it is chosen.
+    A ring may pass through kernels that are always chosen (a statement no other
+    candidate runs): softmax's `m`, the transformer block's `k` and `v`. Past `deadline`
     while listing the rings: `SolveTimeout` (exit 3)."""
     graph = dependence_graph(workload)
     index = {stmt.name: i for i, stmt in enumerate(workload.statements)}
-    deciding = [k.name for k in kernels if isinstance(chosen[k.name], ex.Var)]
-    members = {k.name: frozenset(index[s.name] for s in k.statements) for k in kernels
-               if k.name in deciding}
-    running: dict[int, list[str]] = {i: [] for i in graph}  # statement -> its candidates
-    for name in deciding:
+    # every kernel can be on a ring: those always chosen (the only candidate for their
+    # statements) link the others as well; only the deciding ones can be left out
+    nodes = [k.name for k in kernels]
+    deciding = [name for name in nodes if isinstance(chosen[name], ex.Var)]
+    members = {k.name: frozenset(index[s.name] for s in k.statements) for k in kernels}
+    running: dict[int, list[str]] = {i: [] for i in graph}  # statement -> its kernels
+    for name in nodes:
         for stmt in members[name]:
             running[stmt].append(name)
 
     def others(stmts: set[int], name: str) -> list[str]:
-        """The candidates apart from `name`, disjoint from it, that run one of `stmts`,
-        in the candidates' order."""
+        """The kernels apart from `name`, disjoint from it, that run one of `stmts`, in
+        the kernels' order."""
         found = {other for i in stmts for other in running[i]
                  if not members[other] & members[name]}
-        return [other for other in deciding if other in found]
+        return [other for other in nodes if other in found]
 
     below = {i: nx.descendants(graph, i) for i in graph}
-    # candidates a statement of each reaches; those one of each reads a result of directly
+    # kernels a statement of each reaches; those one of each reads a result of directly
     reaches = {name: set(others(set().union(*(below[i] for i in members[name])), name))
-               for name in deciding}
+               for name in nodes}
     feeds = {name: others(set().union(*(graph.successors(i) for i in members[name])), name)
-             for name in deciding}
+             for name in nodes}
     mutual = {name: {other for other in reaches[name] if name in reaches[other]}
-              for name in deciding}
+              for name in nodes}
     out = []
     for a, b in itertools.combinations(deciding, 2):
         if b in mutual[a]:
@@ -72,8 +76,9 @@ def acyclic_constraints(workload: Workload, kernels: Sequence[KernelSpec],
             out.append(NamedConstraint(
                 "fusion.acyclic", f"kernels {a} and {b} each need a result of the other "
                 f"first: not both", ex.Cmp(ex.add(chosen[a], chosen[b]), "<=", ex.ONE)))
-    for ring in rings(deciding, members, feeds, mutual, deadline):
-        # all of the ring -> no first kernel among them; any fewer leave one out
+    for ring in rings(nodes, members, feeds, mutual, deadline):
+        # all of the ring -> no first kernel among them; any fewer leave one out (a
+        # kernel always chosen counts as 1)
         out.append(NamedConstraint(
             "fusion.acyclic", f"kernels {_listed(ring)} need each other's results in a "
             f"ring: not all {len(ring)}",
