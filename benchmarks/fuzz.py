@@ -17,7 +17,8 @@ and a run that hangs can be killed.
 It reports how many runs ended with each exit code, and lists every run that exited 70
 (an internal error: a bug) or that ran past its budget: its time limit (`--time-limit`,
 per variant for `synth tune`) plus `SLACK_S`. The targets (issue 12): no exit 70, no run
-past its budget. `--keep DIR` writes the failing inputs there, with the command to
+past its budget. Runs whose check failed (exit 4) are listed too, to be looked at. `--keep
+DIR` writes the failing inputs there (and those of exit 4), with the command to
 reproduce each. The last line says PASS or FAIL; the script itself exits 0 unless its
 command line is bad. Run it on an idle machine: budgets are wall-clock times.
 """
@@ -707,22 +708,32 @@ def report(results: Sequence[Result], wall_s: float, args: argparse.Namespace) -
         "The slowest runs against their budgets: " + "; ".join(
             f"{r.case.label} {r.seconds:.1f} s of {r.case.budget_s:g} s" for r in slowest)
         + ".", ""]
+    checks = [r for r in results if r.code == 4]
     for r in [*internal, *late][:20]:
-        tail = r.stderr.strip().splitlines()[-1:] or [""]
-        lines.append(f"- {r.case.label} (exit {r.code}, {r.seconds:.1f} s): "
-                     f"`synth {shlex.join(r.case.args)[:300]}`: {tail[0][:200]}")
+        lines.append(_listed(r))
+    if checks:
+        lines += ["", f"Runs whose check failed (exit 4), to be looked at: {len(checks)}.",
+                  *(_listed(r) for r in checks[:20]), ""]
     verdict = "PASS" if not internal and not late else "FAIL"
     lines.append(f"{verdict}: no exit 70 ({len(internal)}), no run past its time limit + "
                  f"{SLACK_S:g} s ({len(late)})")
     return lines
 
 
+def _listed(r: Result) -> str:
+    tail = r.stderr.strip().splitlines()[-1:] or [""]
+    return (f"- {r.case.label} (exit {r.code}, {r.seconds:.1f} s): "
+            f"`synth {shlex.join(r.case.args)[:300]}`: {tail[0][:200]}")
+
+
 def keep(results: Sequence[Result], directory: Path) -> None:
-    """The failing inputs and how to rerun each."""
+    """The failing inputs (fail*) and those whose check failed (check*, exit 4), and how
+    to rerun each."""
     directory.mkdir(parents=True, exist_ok=True)
-    bad = [r for r in results if r.code not in (0, 1, 2, 3, 4) or r.over_budget]
-    for number, result in enumerate(bad):
-        place = directory / f"fail{number}"
+    bad = [("fail", r) for r in results if r.code not in (0, 1, 2, 3, 4) or r.over_budget]
+    bad += [("check", r) for r in results if r.code == 4]
+    for number, (kind, result) in enumerate(bad):
+        place = directory / f"{kind}{number}"
         place.mkdir(exist_ok=True)
         for name, text in result.case.files.items():
             (place / name).write_text(text, encoding="utf-8")

@@ -469,8 +469,10 @@ def _block_terms(stmt: Statement, values: Mapping[str, _Array], sigmas: Mapping[
     value = np.broadcast_to(np.asarray(value, dtype=_FLOAT), shape)
     ind, coh = np.broadcast_to(err.ind, shape), np.broadcast_to(err.coh, shape)
     axes = tuple(range(len(stmt.indices), len(dims)))
-    if not axes:
+    if not axes and not stmt.accumulates:
         return eb.Err(np.array(ind), np.array(coh))
+    # a reduction, or `+=` (`*=`, ...) element by element: a reduction of one term per
+    # element, which adds the target's value before it (and its error) to that term
     if stmt.op is ReduceOp.ADD:
         return eb.Terms(np.sum(value * value, axis=axes), np.sum(ind, axis=axes),
                         np.sum(coh, axis=axes))

@@ -158,3 +158,25 @@ def test_blocks_give_the_error_scales_one_block_gives(target: str, op: str,
     split, split_sigma = evaluate_errors(workload, inputs)
     np.testing.assert_allclose(whole["y"], split["y"], rtol=1e-6)
     np.testing.assert_allclose(whole_sigma["y"], split_sigma["y"], rtol=1e-9)
+
+
+FUZZ_109 = ("size M = 8\nin x0 : f32[M]\nout y : f32[M]\n"
+            "t0[i] max= x0[i] - max(relu(x0[i]), x0[i])\n"
+            "t1[] += max((x0[i]), t0[i] + t0[i])\nt2[] = t1[]\nt3[i] = t0[i]\n"
+            "y[i] = t2[]\ny[i] += -t0[i]\n")
+
+
+def test_an_element_wise_accumulation_keeps_the_targets_error() -> None:
+    """`y[i] += -t0[i]` after `y[i] = t2[]`: y's error includes t2's (a sum of 8 terms)
+    and the addition's rounding. Fuzz seed 109 found it dropped: y's bound was 100x
+    below t2's, and every schedule that sums t1 in another order failed validation (exit
+    4 on cpu, upmem and aie at 2-3x the bound)."""
+    workload = parse_workload(FUZZ_109, "<test>", "fuzz109")
+    inputs = make_inputs(workload, 0)
+    _, sigmas = evaluate_errors(workload, inputs)
+    assert np.all(sigmas["y"] >= sigmas["t2"])
+    t2 = np.float32(sum(np.float64(v) for v in np.maximum(inputs["x0"], 2 * np.minimum(
+        inputs["x0"], 0))))
+    y = np.float32(t2) - np.minimum(inputs["x0"], 0).astype(np.float32)  # another order
+    assert compare(evaluate(workload, inputs)["y"], np.asarray(y, dtype=np.float32),
+                   DType.F32, sigmas["y"]).passed
