@@ -33,12 +33,13 @@ from typing import Any
 from synth import measure, progress, shrink
 from synth.constraints import cpsat, exhaustive, explain, greedy, user, z3backend
 from synth.constraints.cost import Model, build_model, evaluate_cost
+from synth.constraints.fusion import check_deadline
 from synth.constraints.result import SolveResult, Status
 from synth.constraints.space import candidate_kernels
 from synth.deadline import Deadline
 from synth.emit import targets
 from synth.emit.targets import Emitted
-from synth.errors import InputError, IRError, SolveTimeout
+from synth.errors import InputError, IRError
 from synth.hardware import Hardware, Memory
 from synth.hwfile import load_hardware
 from synth.ir.interpret import interpret
@@ -187,12 +188,12 @@ def encode(workload: Workload, hw: Hardware, constraints: Sequence[str] = (),
     across units (`online_terms.whole_pass_constraints`)."""
     kernels = candidate_kernels(workload, deadline, vectors=hw.compute.vector_tiles)
     model = build_model(workload, hw, kernels, deadline=deadline)
-    _check(deadline, "encoding")
+    check_deadline(deadline, "encoding")
     extra = user.user_constraints(model, constraints, fixes)
     named = user.named_counts(model, extra)
     if named:  # counts the request names (--fix T=11) become candidates: build again
         model = build_model(workload, hw, kernels, named=named, deadline=deadline)
-        _check(deadline, "encoding")
+        check_deadline(deadline, "encoding")
         extra = user.user_constraints(model, constraints, fixes)
     if emit is not None and emit not in targets.MERGES_ONLINE:
         from synth.constraints.online_terms import whole_pass_constraints
@@ -200,12 +201,6 @@ def encode(workload: Workload, hw: Hardware, constraints: Sequence[str] = (),
     cset = dataclasses.replace(model.constraints,
                                constraints=model.constraints.constraints + tuple(extra))
     return dataclasses.replace(model, constraints=user.drop_groups(cset, drops))
-
-
-def _check(deadline: Deadline | None, doing: str) -> None:
-    if deadline is not None and deadline.expired():
-        raise SolveTimeout(f"the time limit of {deadline.seconds:g} s ran out while {doing}, "
-                           f"before any schedule was found")
 
 
 def what_if(hw: Hardware, drops: Sequence[str]) -> Hardware:

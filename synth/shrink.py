@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping
 
 from synth.constraints import expr as ex
 from synth.constraints.cost import Model
-from synth.constraints.space import KernelSpec, SlotKind, var_name
+from synth.constraints.space import KernelSpec, SlotKind, root_temporal_slot, var_name
 from synth.errors import InputError
 from synth.tiles import tiled_extent
 from synth.workload import Workload
@@ -43,9 +43,9 @@ def points(workload: Workload) -> int:
 
 
 def plan(model: Model, env: Mapping[str, int], load: Callable[[dict[str, int]], Workload]
-         ) -> list[dict[str, int]]:
-    """Sizes at which the schedule `env` runs with fewer loop steps, each step one size
-    divided by its smallest prime factor, the last with at most `SHRUNK_POINTS`
+         ) -> list[Workload]:
+    """The workload at sizes at which the schedule `env` runs with fewer loop steps, each
+    step one size divided by its smallest prime factor, the last with at most `SHRUNK_POINTS`
     iteration points (as near as the loops allow); none when the workload has at most
     `MAX_POINTS` already. The largest size is divided first, if every chosen kernel's
     loops over it can take the division (`_steps`). `load` parses the workload at other
@@ -56,7 +56,7 @@ def plan(model: Model, env: Mapping[str, int], load: Callable[[dict[str, int]], 
     kernels = model.selected(env)
     sizes = dict(workload.sizes)
     current = workload
-    found: list[dict[str, int]] = []
+    found: list[Workload] = []
     while points(current) > SHRUNK_POINTS:
         for name in sorted(sizes, key=lambda n: (-sizes[n], n)):
             trial = {**sizes, name: sizes[name] // smallest_prime(sizes[name])}
@@ -68,7 +68,7 @@ def plan(model: Model, env: Mapping[str, int], load: Callable[[dict[str, int]], 
                 continue
             if all(_steps(model, env, k, smaller) is not None for k in kernels):
                 sizes, current = trial, smaller
-                found.append(sizes)
+                found.append(smaller)
                 break
         else:
             break  # no loop takes a smaller size
@@ -83,11 +83,11 @@ def smaller_schedule(model: Model, env: Mapping[str, int],
     the model there (`encode` builds it): its sizes, that model and the decisions
     (complete); None when the workload is within `MAX_POINTS` or no step keeps the
     schedule."""
-    for sizes in reversed(plan(model, env, load)):
-        small = encode(load(sizes))
+    for smaller in reversed(plan(model, env, load)):
+        small = encode(smaller)
         small_env = small.constraints.complete(rescale(model, env, small))
         if not small.constraints.violated(small_env):
-            return sizes, small, small_env
+            return dict(smaller.sizes), small, small_env
     return None
 
 
@@ -117,8 +117,7 @@ def _steps(model: Model, env: Mapping[str, int], kernel: KernelSpec, smaller: Wo
     padded or would be (the new extent is not whole tiles of the hardware's), or its
     loops cannot take all of q without changing a compute tile."""
     slots = model.slots
-    root = next(i for i, s in enumerate(slots) if s.name == model.hw.root_memory.name
-                and s.kind is SlotKind.TEMPORAL)
+    root = root_temporal_slot(slots, model.hw)
     innermost = len(slots) - 1
     edge = model.hw.compute.tiling.edge
     units = kernel.tile_units(edge) if edge else {}

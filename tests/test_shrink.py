@@ -48,7 +48,8 @@ def test_the_smaller_instance_keeps_the_schedule(monkeypatch: pytest.MonkeyPatch
     model = pipeline.encode(load_workload(workload), hw)
     result = cpsat.solve(model.constraints, 600.0, work_limit_s=60.0)
     assert result.env is not None
-    steps = shrink.plan(model, result.env, lambda at: load_workload(workload, at))
+    steps = [w.sizes for w in shrink.plan(model, result.env,
+                                          lambda at: load_workload(workload, at))]
     assert all(a[n] >= b[n] for a, b in zip([model.workload.sizes, *steps], steps,
                                              strict=False) for n in a)
     found = shrink.smaller_schedule(model, result.env, lambda at: load_workload(workload, at),
@@ -86,7 +87,8 @@ def test_a_tile_of_the_hardware_is_never_cut(monkeypatch: pytest.MonkeyPatch) ->
     model = pipeline.encode(load_workload("gemm2k"), load_hardware("wormhole"))
     result = cpsat.solve(model.constraints, 600.0, work_limit_s=60.0)
     assert result.env is not None
-    steps = shrink.plan(model, result.env, lambda at: load_workload("gemm2k", at))
+    steps = [w.sizes for w in shrink.plan(model, result.env,
+                                          lambda at: load_workload("gemm2k", at))]
     assert steps
     assert all(v % 32 == 0 for sizes in steps for v in sizes.values()), steps
 

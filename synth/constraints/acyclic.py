@@ -89,13 +89,13 @@ def acyclic_constraints(workload: Workload, kernels: Sequence[KernelSpec],
 def rings(names: Sequence[str], members: Mapping[str, frozenset[int]],
           feeds: Mapping[str, Sequence[str]], mutual: Mapping[str, set[str]],
           deadline: Deadline | None = None) -> list[tuple[str, ...]]:
-    """Every ring of three or more candidates, each in `feeds` of the one before it,
+    """Every ring of three or more kernels, each in `feeds` of the one before it,
     pairwise disjoint (`members`), no two of them in `mutual` (such a pair is excluded on
-    its own). Each ring once, from its first candidate in `names`, in the order found.
+    its own). Each ring once, from its first kernel in `names`, in the order found.
 
     A ring lies in one strongly connected component of the `feeds` graph, and from its
-    first candidate every other one reaches back to it through candidates after it: the
-    depth-first search from each candidate steps only there, so a graph without rings
+    first kernel every other one reaches back to it through kernels after it: the
+    depth-first search from each kernel steps only there, so a graph without rings
     (every built-in's) costs one pass over its edges."""
     order = {name: k for k, name in enumerate(names)}
     graph = nx.DiGraph()

@@ -348,7 +348,7 @@ def build_factors(kernels: Sequence[KernelSpec], hw: Hardware, slots: tuple[Slot
     domains: dict[str, tuple[int, ...]] = {}
     groups: dict[ex.Int, ex.Group] = {}
     pinned: dict[str, str] = {}
-    root_slot = _root_temporal_slot(slots, hw)
+    root_slot = root_temporal_slot(slots, hw)
     for kernel in kernels:
         units = kernel.tile_units(hw.compute.tiling.edge) if hw.compute.tiling.edge else {}
         for dim in kernel.dims:
@@ -481,7 +481,8 @@ def _variable(domains: dict[str, tuple[int, ...]], name: str,
     return ex.Var(name)
 
 
-def _root_temporal_slot(slots: tuple[Slot, ...], hw: Hardware) -> int:
+def root_temporal_slot(slots: tuple[Slot, ...], hw: Hardware) -> int:
+    """The slot of the root memory's loop, whose factor is the extent over the others."""
     return next(i for i, s in enumerate(slots) if s.name == hw.root_memory.name
                 and s.kind is SlotKind.TEMPORAL)
 
