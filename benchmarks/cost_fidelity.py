@@ -30,7 +30,9 @@ model's numbers were measured on one development machine (an Intel Xeon); the ma
 differ between sessions (an AMD EPYC, Zen 5, on 2026-11-26), and the clock, the
 exp's cycles or the caches' rates of another CPU say nothing about this one's ranking.
 `--hw cpu` or `--hw FILE.toml` takes that model instead. With `--one-thread` the model's
-cores are set to one (`--hw-set core.count=1`): one thread's work is what is timed.
+cores are set to one (`--hw-set core.count=1`): one thread's work is what is timed; and
+the calibration runs on one CPU, so its DRAM numbers are one core's, not the cores'
+together.
 
 Each schedule is first timed alone, as above; then every schedule of a problem is timed
 again in one child process (`interleaved`), in rounds each calling every schedule once
@@ -52,6 +54,7 @@ from __future__ import annotations
 import argparse
 import ctypes
 import json
+import multiprocessing
 import os
 import pickle
 import random
@@ -88,6 +91,9 @@ PROBLEMS: Mapping[str, tuple[str, Mapping[str, int]]] = {
     "matmul-512": (str(WORKLOADS / "matmul_f32.syn"), {"M": 512, "N": 512, "K": 512}),
     "matmul-1024x512x2048": (str(WORKLOADS / "matmul_f32.syn"),
                              {"M": 1024, "N": 512, "K": 2048}),
+    # a decode step's GEMM: 16 tokens through a 4096 x 4096 weight, 64 MiB, past the L3
+    "matmul-16x4096x4096": (str(WORKLOADS / "matmul_f32.syn"),
+                            {"M": 16, "N": 4096, "K": 4096}),
     "softmax-2^20": ("softmax", {"N": 1 << 20}),
     "rownorm": ROWNORM,
     "attention-256": ("attention", {"S": 256, "D": 64}),
@@ -292,12 +298,19 @@ def hardware(hw_ref: str, one_thread: bool) -> Any:
     return load_hardware(hw_ref, (f"{plain.levels[1].name}.count=1",))
 
 
-def calibrated(directory: Path, log: Any) -> str:
-    """`synth calibrate --hw cpu --out DIRECTORY/calibrated.toml`: this machine's model."""
-    from synth.calibrate import calibrate, exposed_share, shuffle_cycles
+def calibrated(directory: Path, log: Any, one_thread: bool = False) -> str:
+    """`synth calibrate --hw cpu --out DIRECTORY/calibrated.toml`: this machine's model;
+    with `one_thread`, run on one CPU (`taskset -c N synth calibrate ...`): the model of
+    the one core the timed code then has, whose DRAM reads and runs are one core's (on
+    AMD Zen 5 a core alone reads DRAM at about half of what two read together)."""
+    from synth.calibrate import exposed_share, shuffle_cycles
 
     out = directory / "calibrated.toml"
-    cal = calibrate("cpu", str(out))
+    if one_thread:
+        with multiprocessing.get_context("spawn").Pool(1, initializer=_on_one_cpu) as pool:
+            cal = pool.apply(_calibrate, (str(out),))
+    else:
+        cal = _calibrate(str(out))
     print(f"calibrated {cal.cpu} in {cal.seconds:.1f} s (load average {cal.load[0]:.2f}): "
           f"clock {cal.clock_hz / 1e9:.2f} GHz, exp {cal.cycles['exp']:.1f} cycles/vector, "
           f"FMA latency {cal.latency_cycles['fma']:.1f}, add {cal.latency_cycles['add']:.1f}, "
@@ -305,10 +318,21 @@ def calibrated(directory: Path, log: Any) -> str:
           f"{cal.gather_cycles:.1f}, broadcast {cal.broadcast_cycles:.2f}, registers' exposed "
           f"share {exposed_share(cal):.2f}; L1, L2, L3, DRAM reads {cal.bandwidth['L1d']:.1f}, "
           f"{cal.bandwidth['L2']:.1f}, {cal.bandwidth['L3']:.1f}, "
-          f"{cal.bandwidth['DRAM']:.1f} B/cycle", file=log, flush=True)
+          f"{cal.bandwidth['DRAM']:.1f} B/cycle, a DRAM run {cal.run_cycles:.1f} cycles",
+          file=log, flush=True)
     for note in cal.notes:
         print(f"warning: {note}", file=log, flush=True)
     return str(out)
+
+
+def _on_one_cpu() -> None:
+    os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+
+
+def _calibrate(out: str) -> Any:
+    from synth.calibrate import calibrate
+
+    return calibrate("cpu", out)
 
 
 def print_tables(problems: list[Problem]) -> None:
@@ -389,7 +413,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"cost fidelity on {args.hw}: {about['cpu']}, {about['cpus']} CPUs, load average "
           f"{' '.join(map(str, about['load_average']))}, {about['date']}", file=sys.stderr)
     with tempfile.TemporaryDirectory(prefix="cost-fidelity-model-") as tmp:
-        hw_ref = calibrated(Path(tmp), sys.stderr) if args.hw == "calibrated" else args.hw
+        hw_ref = (calibrated(Path(tmp), sys.stderr, args.one_thread) if args.hw == "calibrated"
+                  else args.hw)
         problems = [run_problem(name, hw_ref, args.samples, args.time_limit, sys.stderr,
                                 args.one_thread, args.rounds, args.placements)
                     for name in args.problems]

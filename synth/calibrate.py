@@ -30,6 +30,10 @@ median. What is measured, and where it goes in the model (docs/hardware.md, "Cal
   the L1 memory's `aliased_read`; a load, an add and a store back -> its `aliased_write`
   (`transfers.strip_moves`), when the base model has `ways` on it and sysfs gives the
   L1d's associativity;
+- DRAM read in runs of 128 bytes, rows 16 KiB apart (each run on another page, as the C
+  emitter's packs read a tile narrower than a large tensor's rows), with every usable
+  core: the time per run beyond its bytes at DRAM's bandwidth -> `run_latency` on the
+  memory whose parent is DRAM, when the base model has the key;
 - read bandwidth (bytes per cycle) and load-to-use latency (a pointer chase over cache
   lines in random order) of buffers held in L1, L2, L3 and DRAM -> each memory's
   `bandwidth` and `latency`, which describe transfers *from its parent* (l1's are L2's
@@ -88,6 +92,8 @@ LINE = 64  # bytes: the pointer chase visits one cache line per step
 # rows of the strip synth_cal_strip walks, a way of the L1d apart: more than its ways hold
 # (12 on AMD Zen 5 and Intel Golden Cove), fewer than the L2 holds
 STRIP_ROWS = 128
+RUN_BYTES = 128  # the runs synth_cal_runs reads from DRAM, ...
+RUN_STRIDE = 16 << 10  # ... each from a row this many bytes after the last (another page)
 # where in a line the read buffers start: 16 bytes in, as NumPy's large arrays (the emitted
 # kernels' tensors) do. Left to the allocator, the L1 buffer started anywhere in a line:
 # its 64-byte loads then read 63 B/cycle when they split two lines and 126 when they did
@@ -99,8 +105,8 @@ LEVELS = ("L1d", "L2", "L3", "DRAM")
 FALLBACK_CACHE = {"L1d": 32 << 10, "L2": 512 << 10, "L3": 32 << 20}
 # what `measure` tells its `step` callback, one call per measurement (the progress bar's total)
 # (building, the clock; each op; latencies, the fold, gathers, broadcasts, the GEMM tile,
-# usable cores, the aliasing strip; each level's bandwidth and latency; OpenMP)
-STEPS = 2 + len(OPS) + 7 + 2 * len(LEVELS) + 1
+# usable cores, the aliasing strip; each level's bandwidth and latency; DRAM runs; OpenMP)
+STEPS = 2 + len(OPS) + 7 + 2 * len(LEVELS) + 2
 
 
 class CalibrationError(SynthError):
@@ -148,6 +154,7 @@ class Calibration:
     strip_cycles: Mapping[str, float]
     bandwidth: Mapping[str, float]  # level -> bytes per cycle (DRAM: all cores)
     latency: Mapping[str, float]  # level -> cycles from load to use
+    run_cycles: float  # a RUN_BYTES run of rows RUN_STRIDE apart read from DRAM, all cores
     sizes: Mapping[str, int]  # level -> bytes of the buffer measured
     region_s: float  # an OpenMP parallel region started and joined
     barrier_s: float
@@ -220,7 +227,10 @@ def build(vector_bytes: int, directory: Path) -> ctypes.CDLL:
                                     ctypes.POINTER(ctypes.c_int64)]
     lib.synth_cal_strip.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64,
                                     ctypes.c_int, ctypes.c_int64]
-    names = (*timed_loops, "region", "barrier", "fma_parallel", "read", "chase", "strip")
+    lib.synth_cal_runs.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64,
+                                   ctypes.c_int64, ctypes.c_int64, ctypes.c_int]
+    names = (*timed_loops, "region", "barrier", "fma_parallel", "read", "chase", "strip",
+             "runs")
     for name in names:
         getattr(lib, f"synth_cal_{name}").restype = ctypes.c_double
     return lib
@@ -320,6 +330,8 @@ def measure(hw: Hardware, settings: Settings = Settings(), step: Step | None = N
         tell("a strip of rows that alias in the L1d")
         strip = strip_cycles(lib, settings, clock_hz)
         bandwidth, latency, sizes = memories(lib, settings, clock_hz, usable, tell)
+        tell("DRAM read in short runs")
+        runs = run_cycles(lib, settings, clock_hz, usable, sizes["DRAM"])
         tell("OpenMP region and barrier")
         region_s = timed(lambda n: lib.synth_cal_region(n, usable), settings)
         barrier_s = timed(lambda n: lib.synth_cal_barrier(n, usable), settings)
@@ -333,7 +345,8 @@ def measure(hw: Hardware, settings: Settings = Settings(), step: Step | None = N
         cycles=cycles, latency_cycles=latencies, exp_sum_cycles=summed, exp_fold_cycles=folded,
         gather_cycles=gathers, grouped_gather_cycles=grouped, broadcast_cycles=broadcasts,
         microkernel_cycles=microkernel,
-        strip_cycles=strip, bandwidth=bandwidth, latency=latency, sizes=sizes, region_s=region_s,
+        strip_cycles=strip, bandwidth=bandwidth, latency=latency, run_cycles=runs, sizes=sizes,
+        region_s=region_s,
         barrier_s=barrier_s, usable_cores=usable, seconds=time.perf_counter() - started,
         notes=tuple(notes))
 
@@ -378,6 +391,31 @@ def strip_cycles(lib: ctypes.CDLL, settings: Settings, clock_hz: float) -> dict[
 
 def _strip(lib: ctypes.CDLL, pointer: int, stride: int, write: int, walks: int) -> float:
     return float(lib.synth_cal_strip(pointer, stride, STRIP_ROWS, write, walks))
+
+
+def run_cycles(lib: ctypes.CDLL, settings: Settings, clock_hz: float, cores: int, size: int
+               ) -> float:
+    """Cycles per `RUN_BYTES` run of rows `RUN_STRIDE` apart, a column of runs after
+    another over a buffer of `size` bytes (DRAM's: twice the L3), on `cores` threads:
+    the whole time over every run, as the model serialises the cores' runs."""
+    stride = RUN_STRIDE // 4  # floats
+    rows = max(1, size // RUN_STRIDE)
+    buf = np.ones(rows * stride + LINE // 4, dtype=np.float32)
+    start = buf.ctypes.data + (-buf.ctypes.data) % LINE
+    run = functools.partial(_runs, lib, start, stride, rows, cores)
+    seconds = timed(run, settings, 1)
+    del buf
+    return seconds * clock_hz / (rows * (RUN_STRIDE // RUN_BYTES))
+
+
+def _runs(lib: ctypes.CDLL, pointer: int, stride: int, rows: int, threads: int,
+          passes: int) -> float:
+    return float(lib.synth_cal_runs(pointer, stride, rows, RUN_BYTES // 4, passes, threads))
+
+
+def run_latency_cycles(cal: Calibration) -> float:
+    """A DRAM run's time beyond its bytes at DRAM's measured bandwidth (never below 0)."""
+    return max(0.0, cal.run_cycles - RUN_BYTES / cal.bandwidth["DRAM"])
 
 
 def memories(lib: ctypes.CDLL, settings: Settings, clock_hz: float, cores: int, tell: Step
@@ -485,6 +523,9 @@ def substitute(tree: dict[str, Any], cal: Calibration) -> list[str]:
             for way in ("read", "write"):
                 put(memory, f"aliased_{way}", f"{cal.strip_cycles[way]:.1f}cycles",
                     f"{name}.aliased_{way} (a line of a strip of rows that alias)")
+        if parent == "DRAM" and "run_latency" in memory:
+            put(memory, "run_latency", f"{run_latency_cycles(cal):.1f}cycles",
+                f"{name}.run_latency (a {RUN_BYTES}-byte run from DRAM, beyond its bytes)")
         if "exposed" in memory:
             put(memory, "exposed", round(exposed_share(cal), 2),
                 f"{name}.exposed (a GEMM register tile's loads its FMAs do not hide)")
@@ -577,6 +618,9 @@ def header(base: str, cal: Calibration, done: list[str]) -> str:
              "read bandwidth (B/cycle; DRAM with every usable core) and latency (cycles):",
              *(f"  {level}: {cal.bandwidth[level]:.2f} B/cycle, {cal.latency[level]:.0f} "
                f"cycles ({cal.sizes[level] >> 10} KiB buffer)" for level in LEVELS),
+             f"DRAM in {RUN_BYTES}-byte runs of rows {RUN_STRIDE >> 10} KiB apart (every usable "
+             f"core): {cal.run_cycles:.1f} cycles a run, {run_latency_cycles(cal):.1f} beyond "
+             "its bytes",
              f"OpenMP parallel region start+join {cal.region_s * 1e9:.0f} ns, barrier "
              f"{cal.barrier_s * 1e9:.0f} ns",
              *(f"WARNING: {note}" for note in cal.notes),

@@ -130,6 +130,10 @@ class Memory:
     # too (0: priced as other lines). Read only, and read or written (in and back out).
     aliased_read_ps: int = 0
     aliased_write_ps: int = 0
+    # a cache the code never copies into, whose lines come from the parent as the loops
+    # inside read them: each contiguous run they read (a row of the next memory's tile)
+    # costs this beyond its bytes (DRAM pages opened, prefetch restarted; 0: runs are free)
+    run_latency_ps: int = 0
 
     @property
     def usable(self) -> int:

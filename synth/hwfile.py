@@ -80,11 +80,12 @@ _LEVEL_FIELDS = ("symbol", "count", "issue_share", "barrier", "fork", "barrier_p
 _MEMORY_KEYS = ("name", "level", "instance_level", "capacity", "reserved", "symbol", "latency",
                 "bandwidth", "shared_by", "transfer", "detect", "overlap", "cache",
                 "warm", "store_bandwidth", "write_latency", "blocking", "issue", "push",
-                "exposed", "ways", "aliased_read", "aliased_write")
+                "exposed", "ways", "aliased_read", "aliased_write", "run_latency")
 _MEMORY_FIELDS = tuple(k for k in _MEMORY_KEYS if k not in ("name", "transfer", "push"))
 # about the parent: not on the root memory
 _PARENT_KEYS = ("latency", "bandwidth", "transfer", "store_bandwidth", "write_latency",
-                "blocking", "issue", "push", "exposed", "aliased_read", "aliased_write")
+                "blocking", "issue", "push", "exposed", "aliased_read", "aliased_write",
+                "run_latency")
 _PUSH_KEYS = ("level", "cap", "in", "out")
 _PUSH_DIRECTION_KEYS = ("one", "full", "latency", "per_unit")
 _LAUNCH_PER_UNIT_KEYS = ("level", "time")
@@ -648,6 +649,8 @@ def _memory(entry: dict[str, Any], is_root: bool, levels: Sequence[Level], clock
                               where.at("aliased_read")),
         aliased_write_ps=_unit(lambda v: parse_time(v, clock_hz),
                                entry.get("aliased_write", 0), where.at("aliased_write")),
+        run_latency_ps=_unit(lambda v: parse_time(v, clock_hz), entry.get("run_latency", 0),
+                             where.at("run_latency")),
     )
 
 

@@ -37,7 +37,7 @@ def fake(**changes: Any) -> Calibration:
         broadcast_cycles=0.5, microkernel_cycles=14.0,
         strip_cycles={"read": 10.0, "write": 45.0},
         bandwidth={"L1d": 64.0, "L2": 32.0, "L3": 16.0, "DRAM": 4.0},
-        latency={"L1d": 5.0, "L2": 14.0, "L3": 50.0, "DRAM": 300.0},
+        latency={"L1d": 5.0, "L2": 14.0, "L3": 50.0, "DRAM": 300.0}, run_cycles=52.0,
         sizes={"L1d": 1 << 14, "L2": 1 << 20, "L3": 1 << 23, "DRAM": 1 << 28},
         region_s=1e-6, barrier_s=2e-7, usable_cores=2)
     values.update(changes)
@@ -60,7 +60,7 @@ def test_calibration_measures_every_number(calibrated: tuple[Path, Calibration])
                cal.grouped_gather_cycles, cal.broadcast_cycles,
                cal.microkernel_cycles, *cal.strip_cycles.values(),
                *cal.bandwidth.values(),
-               *cal.latency.values(), cal.region_s, cal.barrier_s]
+               *cal.latency.values(), cal.run_cycles, cal.region_s, cal.barrier_s]
     assert all(math.isfinite(x) and x > 0 for x in numbers), cal
     assert set(cal.cycles) == set(calibrate.OPS)
     assert set(cal.strip_cycles) in ({"read", "write"}, set())  # empty: no L1d ways in sysfs
@@ -144,6 +144,10 @@ def test_substitute_puts_numbers_where_they_belong() -> None:
     assert memories["l1"]["aliased_read"] == "10.0cycles"
     assert memories["l1"]["aliased_write"] == "45.0cycles"
     assert all("aliased_read" not in memories[m] for m in ("reg", "l2", "l3"))
+    # a DRAM run: its 52 cycles less its 128 bytes at DRAM's 4 B/cycle, on the memory
+    # filled from DRAM only
+    assert memories["l3"]["run_latency"] == "20.0cycles"
+    assert all("run_latency" not in memories[m] for m in ("reg", "l1", "l2", "dram"))
     base = tomllib.loads(read_model("cpu")[0])  # no associativity known: the base's stay
     l1 = {m["name"]: m for m in base["memory"]}["l1"]
     written = (l1.get("aliased_read"), l1.get("aliased_write"))

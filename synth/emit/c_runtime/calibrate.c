@@ -301,6 +301,35 @@ double synth_cal_read(const float *buf, int64_t bytes, int64_t passes, int threa
     return now() - t;
 }
 
+/* Runs of `run` floats from each of `rows` rows `stride` floats apart, a column of runs
+ * after another until the rows are read whole, `passes` times, on `threads` threads (each
+ * its own columns): how the C emitter's packs read a tile narrower than the tensor's rows
+ * out of DRAM, each run on another page. */
+double synth_cal_runs(const float *buf, int64_t stride, int64_t rows, int64_t run,
+                      int64_t passes, int threads) {
+    double t = now();
+#pragma omp parallel num_threads(threads)
+    {
+        int nt = omp_get_num_threads(), id = omp_get_thread_num();
+        vf32 s0 = {0}, s1 = {0};
+        for (int64_t pass = 0; pass < passes; pass++) {
+            for (int64_t col = (int64_t)id * run; col < stride; col += (int64_t)nt * run) {
+                for (int64_t r = 0; r < rows; r++) {
+                    const float *p = buf + r * stride + col;
+                    for (int64_t j = 0; j < run; j += 2 * SYNTH_W) {
+                        s0 += vload_f32(p + j);
+                        s1 += vload_f32(p + j + SYNTH_W);
+                    }
+                }
+            }
+            KEEP(s0); KEEP(s1);
+        }
+        vf32 s = s0 + s1;
+        USE(s);
+    }
+    return now() - t;
+}
+
 /* A strip a line wide walked down `rows` rows `stride` floats apart (rows that share one
  * set of the L1d when `stride` is a way's bytes), `walks` times, a new column every 4
  * walks: per row a vector load and, with `write`, an add and a store back (an accumulator
