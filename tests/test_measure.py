@@ -235,8 +235,10 @@ def test_cost_fidelity_summary() -> None:
     assert problem.optimum_ratio() == pytest.approx(1.5)
     assert problem.spearman() == pytest.approx(spearman([1, 2, 3], [3, 2, 4]))
     assert set(problem.json()) >= {"spearman", "optimum_rank", "optimum_over_fastest"}
+    # the problems, and a GEMM whose weight is past the L3
     assert set(fidelity.PROBLEMS) == {"matmul-512", "matmul-1024x512x2048", "softmax-2^20",
-                                      "rownorm", "attention-256", "attention-1024", "fa6"}
+                                      "rownorm", "attention-256", "attention-1024", "fa6",
+                                      "matmul-16x4096x4096"}
     assert problem.first_pass_spearman() is None  # no first timings given
     timed = fidelity.Problem("p", {"N": 1}, tuple(
         dataclasses.replace(p, first_pass_s=first)
