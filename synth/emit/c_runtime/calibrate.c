@@ -316,10 +316,12 @@ double synth_cal_runs(const float *buf, int64_t stride, int64_t rows, int64_t ru
             for (int64_t col = (int64_t)id * run; col < stride; col += (int64_t)nt * run) {
                 for (int64_t r = 0; r < rows; r++) {
                     const float *p = buf + r * stride + col;
-                    for (int64_t j = 0; j < run; j += 2 * SYNTH_W) {
+                    int64_t j = 0;
+                    for (; j + 2 * SYNTH_W <= run; j += 2 * SYNTH_W) {
                         s0 += vload_f32(p + j);
                         s1 += vload_f32(p + j + SYNTH_W);
                     }
+                    if (j < run) s0 += vload_f32(p + j); /* `run`: a multiple of a vector */
                 }
             }
             KEEP(s0); KEEP(s1);
