@@ -2,16 +2,16 @@
 
     python benchmarks/dram_runs.py [--hw calibrated|FILE.toml] [--one-core] [--json]
 
-A tensor past the L3 is read from DRAM in runs: the rows of the tiles the code reads
-(the C emitter's packs read an L2 tile row by row). A run costs more than its bytes:
+A contraction operand past the L3 is read from DRAM in runs: the C emitter packs it into
+each core's L2 tile by tile, row by row, each row a run. A run costs more than its bytes:
 each starts on another page, and the prefetchers start over. The model prices each run
-read from DRAM at the `run_latency` of the memory DRAM fills (`l3`), beyond its bytes at
-that memory's `bandwidth` (docs/hardware.md). This reads a buffer of twice the L3 (at
-least 64 MiB) in runs of 64 B to 16 KiB, rows 16 KiB apart (16 KiB runs: the whole
-buffer in order), with the calibration's own loop (`synth_cal_runs`, every usable core
-its own columns), and prints per run length the time measured (fastest of 9), the
-model's price (runs x run_latency + bytes x the bandwidth's time per byte) and
-measured / modelled.
+the packs read from DRAM at the `run_latency` of the memory DRAM fills (`l3`), beyond
+its bytes at that memory's `bandwidth` (docs/hardware.md, `cost.pack_runs`). This reads
+a buffer of twice the L3 (at least 64 MiB) in runs of 64 B to 16 KiB, rows 16 KiB apart
+(16 KiB runs: the whole buffer in order), with the calibration's own loop
+(`synth_cal_runs`, every usable core its own columns), and prints per run length the
+time measured (fastest of 9), the model's price (runs x run_latency + bytes x the
+bandwidth's time per byte) and measured / modelled.
 
 The model is this machine's: by default (`--hw calibrated`) `synth calibrate --hw cpu`
 first, as a user would. `--one-core` runs everything on one CPU (the process's first):
@@ -82,16 +82,17 @@ def main(argv: list[str] | None = None) -> int:
         modelled = (runs * l3.run_latency_ps + size * l3.ps_per_byte) / PS_PER_S
         rows.append({"run_bytes": run, "measured_s": took, "modelled_s": modelled,
                      "ratio": took / modelled, "gb_per_s": size / took / 1e9})
+    load = [round(x, 2) for x in os.getloadavg()]
     about = {"cpu": calibrate.cpu_name(), "threads": threads, "buffer_bytes": size,
              "run_latency_ps": l3.run_latency_ps, "ps_per_byte": l3.ps_per_byte,
-             "load_average": [round(x, 2) for x in os.getloadavg()], "seconds": seconds}
+             "load_average": load, "seconds": seconds}
     if args.json:
         print(json.dumps({**about, "runs": rows}, indent=2))
         return 0
     print(f"{about['cpu']}, {threads} thread(s), {size >> 20} MiB read in runs of rows "
           f"{STRIDE >> 10} KiB apart; model: run_latency {l3.run_latency_ps / 1000:.1f} ns, "
           f"{1000 / l3.ps_per_byte:.1f} GB/s; load average "
-          f"{' '.join(map(str, about['load_average']))}", file=sys.stderr)
+          f"{' '.join(map(str, load))}", file=sys.stderr)
     print("| run | measured (ms) | GB/s | modelled (ms) | measured / modelled |")
     print("|---:|---:|---:|---:|---:|")
     for row in rows:

@@ -21,7 +21,7 @@ median. What is measured, and where it goes in the model (docs/hardware.md, "Cal
   8 independent ones each followed by its add -> `compute.gather_cycles.f32`, and the 8
   back to back before their adds -> `compute.grouped_gather_cycles.f32`; a broadcasting
   load (`vsplat_f32` of an element in L1), 12 independent ones ->
-  `compute.broadcast_cycles.f32` (and the same for i32: one instruction either way);
+  `compute.broadcast_cycles.f32`;
 - a GEMM register tile's loop (8 broadcasts, a vector load and 8 FMAs per iteration):
   the share of its loads' time (the broadcasts' and the L1 read's) that its FMAs do not
   hide -> the registers' `exposed` when the base model has the key (`exposed_share`);
@@ -89,11 +89,6 @@ GATHERS = 8  # gathers per iteration of synth_cal_gather and synth_cal_gather_ru
 BROADCASTS = 12  # broadcasting loads per iteration of synth_cal_broadcast
 TILE_ROWS = 8  # broadcasts and FMAs per iteration of synth_cal_microkernel (one load)
 LINE = 64  # bytes: the pointer chase visits one cache line per step
-# the dtypes whose gathers and broadcasts take the f32 ones' measured cycles: a gather or
-# broadcast of 32-bit lanes is one instruction whether they hold floats or integers
-# (vgatherdps/vpgatherdd, vbroadcastss/vpbroadcastd); mv's i32 gathers went unpriced, and
-# its [16 x 1] register tiles ran 1.25x slower than [16 x 8] priced alike
-LANES_32 = ("f32", "i32")
 # rows of the strip synth_cal_strip walks, a way of the L1d apart: more than its ways hold
 # (12 on AMD Zen 5 and Intel Golden Cove), fewer than the L2 holds
 STRIP_ROWS = 128
@@ -506,14 +501,12 @@ def substitute(tree: dict[str, Any], cal: Calibration) -> list[str]:
             put(adds, "f32", round(max(cal.latency_cycles["add"], cal.latency_cycles["max"]), 2),
                 f"{unit}.add_latency.f32")
         if unit == "compute" and table.get("vector_tiles"):
-            for dtype in LANES_32:  # measured on f32; i32's are the same instructions'
-                put(table.setdefault("gather_cycles", {}), dtype, round(cal.gather_cycles, 2),
-                    f"{unit}.gather_cycles.{dtype}")
-                put(table.setdefault("grouped_gather_cycles", {}), dtype,
-                    round(cal.grouped_gather_cycles, 2),
-                    f"{unit}.grouped_gather_cycles.{dtype}")
-                put(table.setdefault("broadcast_cycles", {}), dtype,
-                    round(cal.broadcast_cycles, 2), f"{unit}.broadcast_cycles.{dtype}")
+            put(table.setdefault("gather_cycles", {}), "f32", round(cal.gather_cycles, 2),
+                f"{unit}.gather_cycles.f32")
+            put(table.setdefault("grouped_gather_cycles", {}), "f32",
+                round(cal.grouped_gather_cycles, 2), f"{unit}.grouped_gather_cycles.f32")
+            put(table.setdefault("broadcast_cycles", {}), "f32",
+                round(cal.broadcast_cycles, 2), f"{unit}.broadcast_cycles.f32")
         shuffles = table.get("shuffle_cycles")
         if isinstance(shuffles, dict) and "f32" in shuffles:
             put(shuffles, "f32", round(shuffle_cycles(cal), 2), f"{unit}.shuffle_cycles.f32")

@@ -130,9 +130,9 @@ class Memory:
     # too (0: priced as other lines). Read only, and read or written (in and back out).
     aliased_read_ps: int = 0
     aliased_write_ps: int = 0
-    # a cache the code never copies into, whose lines come from the parent as the loops
-    # inside read them: each contiguous run they read (a row of the next memory's tile)
-    # costs this beyond its bytes (DRAM pages opened, prefetch restarted; 0: runs are free)
+    # each contiguous run the C emitter's packs read from the parent through this memory
+    # (a row of a packed operand's tile in the pack memory) costs this beyond its bytes:
+    # DRAM pages opened, the prefetchers started over (0: runs are free; cost.pack_runs)
     run_latency_ps: int = 0
 
     @property

@@ -124,9 +124,6 @@ def test_substitute_puts_numbers_where_they_belong() -> None:
     assert tree["compute"]["gather_cycles"]["f32"] == 20.0
     assert tree["compute"]["grouped_gather_cycles"]["f32"] == 13.0
     assert tree["compute"]["broadcast_cycles"]["f32"] == 0.5
-    # i32's gathers and broadcasts are the same instructions: the same cycles
-    assert all(tree["compute"][key]["i32"] == tree["compute"][key]["f32"]
-               for key in ("gather_cycles", "grouped_gather_cycles", "broadcast_cycles"))
     # 14 cycles against 8 FMAs of 1.5 and loads of 8 x 0.5 + 32 B / 64 B/cycle: 0.44
     assert {m["name"]: m for m in tree["memory"]}["reg"]["exposed"] == 0.44
     assert "gather_cycles" not in tree["host"]  # the host runs scalar code

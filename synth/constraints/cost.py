@@ -739,12 +739,10 @@ def first_transfer_cost(kt: KernelTerms, workload: Workload, mem: Memory, slot: 
             continue
         run = run_terms(kt, use, mem, slot, itemsize)
         rows = ex.mul(kt.partials(slot, use), *(kt.tile(d, slot) for d in use.indices[:-1]))
-        directions = int(use.read) + int(use.written)
-        last = use.indices[-1] if use.indices else None
-        runs = ex.ZERO if not mem.run_latency_ps else ex.mul(
-            mem.run_latency_ps * directions, rows, inner_runs(kt, last, slot))
+        packed = pack_runs(kt, use, mem, slot)
+        runs = ex.ZERO if packed is None else ex.mul(mem.run_latency_ps, rows, packed)
         once = ex.add(ex.mul(_latency_ps(mem, use), rows, run.chunks),
-                      ex.mul(mem.ps_per_byte * directions,
+                      ex.mul(mem.ps_per_byte * (int(use.read) + int(use.written)),
                              buffer_bytes(kt, use, mem, slot, itemsize)), runs)
         total.append(ex.select(exchanged_on_device(kt, use, slot), 0, once))
     return ex.scale(ex.add(*total), serial)
@@ -1017,22 +1015,33 @@ def tensor_transfer_cost(kt: KernelTerms, use: TensorUse, mem: Memory, slot: int
     directions = int(use.read) + int(use.written)
     per_byte = (mem.ps_per_byte * directions if not use.written or not mem.store_ps_per_byte
                 else mem.ps_per_byte * int(use.read) + mem.store_ps_per_byte)
-    runs = ex.ZERO if not mem.run_latency_ps else ex.mul(
-        mem.run_latency_ps * directions, common, moves_last, inner_runs(kt, last, slot))
+    packed = pack_runs(kt, use, mem, slot)
+    runs = ex.ZERO if packed is None else ex.mul(mem.run_latency_ps, common, moves_last, packed)
     return ex.add(ex.mul(_latency_ps(mem, use), operations),
                   ex.scale(moved, per_byte, common), runs)
 
 
-def inner_runs(kt: KernelTerms, last: str | None, slot: int) -> ex.Int:
-    """The contiguous runs a row of the tile at `slot` is read in from the parent where
-    the memory there is a cache the code never copies into (`Memory.run_latency_ps`):
-    the next memory's tiles along the tensor's last axis `last` (the loops between walk
-    them one after the other, each a run of its own; the C emitter's packs read the L2
-    tiles so). One when the next memory's tile spans the row, or there is none."""
-    inner = [i for i, _ in _memory_slots(kt) if i > slot]
-    if last is None or not inner:
-        return ex.ONE
-    return kt.dim_product(last, range(slot, inner[0]))
+def pack_runs(kt: KernelTerms, use: TensorUse, mem: Memory, slot: int) -> ex.Int | None:
+    """The runs a row of `use`'s tile at `slot` (in `mem`) is read in from the parent,
+    where each costs `mem.run_latency_ps`: the C emitter packs the tensor (a contraction
+    operand, `transfers.packed_operand`) into the pack memory inside (`vectors.
+    pack_memory`, cpu: each core's L2), reading its tile there row by row, so a row here
+    is read in as many runs as it holds pack tiles along the tensor's last axis (one
+    where a pack tile spans the row). None where runs are not priced: no run latency, a
+    tensor the kernel reads in place (its runs are the inner loops' walk as the
+    prefetchers follow it: mv's matrix, read from DRAM by L1 tiles 16 to 128 columns
+    wide, ran 1.9-3.6 ms priced alike; RESULTS.md, "Weights past the L3"), or no pack
+    memory inside `slot`."""
+    if not mem.run_latency_ps or not use.indices or use.written:
+        return None
+    from synth.constraints.transfers import packed_operand  # builds on this module
+    from synth.vectors import pack_memory
+
+    packer = pack_memory(kt.hw)
+    inner = [i for i, m in _memory_slots(kt) if i > slot and m.name == packer]
+    if not inner or not packed_operand(kt, use):
+        return None
+    return kt.dim_product(use.indices[-1], range(slot, inner[0]))
 
 
 def _latency_ps(mem: Memory, use: TensorUse) -> int:
