@@ -9,23 +9,15 @@ its optimum for a 16 x 4096 x 4096 f32 GEMM (packing 4096 x 32 panels of the wei
 from __future__ import annotations
 
 import pytest
-from conftest import solved_on_cpu
+from conftest import F32_MATMUL, solved_on_cpu
 
 from synth.constraints.cost import evaluate_cost
 from synth.errors import InputError
 from synth.hwfile import load_hardware
 
 # a decode step's GEMM: B, 64 MiB, is past any L3, so not warm; A (256 KiB) stays there
-GEMM = """
-size M = 16
-size N = 4096
-size K = 4096
-in  A : f32[M, K]
-in  B : f32[K, N]
-out C : f32[M, N]
-C[m, n]  = 0
-C[m, n] += A[m, k] * B[k, n]
-"""
+GEMM = (F32_MATMUL.replace("size M = 64", "size M = 16").replace("size N = 64", "size N = 4096")
+        .replace("size K = 128", "size K = 4096"))
 LATENCY = "30ns"
 KERNEL = "C#2"
 
