@@ -303,11 +303,11 @@ def calibrated(directory: Path, log: Any, one_thread: bool = False) -> str:
     with `one_thread`, run on one CPU (`taskset -c N synth calibrate ...`): the model of
     the one core the timed code then has, whose DRAM reads and runs are one core's (on
     AMD Zen 5 a core alone reads DRAM at about half of what two read together)."""
-    from synth.calibrate import exposed_share, shuffle_cycles
+    from synth.calibrate import exposed_share, on_one_cpu, shuffle_cycles
 
     out = directory / "calibrated.toml"
     if one_thread:
-        with multiprocessing.get_context("spawn").Pool(1, initializer=_on_one_cpu) as pool:
+        with multiprocessing.get_context("spawn").Pool(1, initializer=on_one_cpu) as pool:
             cal = pool.apply(_calibrate, (str(out),))
     else:
         cal = _calibrate(str(out))
@@ -323,10 +323,6 @@ def calibrated(directory: Path, log: Any, one_thread: bool = False) -> str:
     for note in cal.notes:
         print(f"warning: {note}", file=log, flush=True)
     return str(out)
-
-
-def _on_one_cpu() -> None:
-    os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
 
 
 def _calibrate(out: str) -> Any:

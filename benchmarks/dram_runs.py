@@ -22,14 +22,13 @@ Timings are wall-clock: run it on a quiet machine.
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import os
 import sys
 import tempfile
 import time
 from pathlib import Path
-
-import numpy as np
 
 from synth import calibrate
 from synth.emit.c import vector_bytes
@@ -41,16 +40,10 @@ REPS = 9
 PS_PER_S = 1e12
 
 
-def measure(lib: object, size: int, threads: int) -> dict[int, float]:
+def measure(lib: ctypes.CDLL, size: int, threads: int) -> dict[int, float]:
     """Seconds to read `size` bytes in each of `RUNS`, fastest of `REPS`."""
-    rows = size // STRIDE
-    buf = np.ones(rows * STRIDE // 4 + calibrate.LINE // 4, dtype=np.float32)
-    start = buf.ctypes.data + (-buf.ctypes.data) % calibrate.LINE
-    found = {}
-    for run in RUNS:
-        found[run] = min(lib.synth_cal_runs(start, STRIDE // 4, rows, run // 4, 1,  # type: ignore[attr-defined]
-                                            threads) for _ in range(REPS))
-    return found
+    settings = calibrate.Settings(reps=REPS)
+    return {run: calibrate.read_in_runs(lib, settings, threads, size, run) for run in RUNS}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -62,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args(argv)
     if args.one_core:
-        os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+        calibrate.on_one_cpu()
     threads = calibrate.usable_cpus()
     with tempfile.TemporaryDirectory(prefix="dram-runs-") as tmp:
         model = args.hw

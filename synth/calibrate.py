@@ -395,22 +395,37 @@ def _strip(lib: ctypes.CDLL, pointer: int, stride: int, write: int, walks: int) 
 
 def run_cycles(lib: ctypes.CDLL, settings: Settings, clock_hz: float, cores: int, size: int
                ) -> float:
-    """Cycles per `RUN_BYTES` run of rows `RUN_STRIDE` apart, a column of runs after
-    another over a buffer of `size` bytes (DRAM's: twice the L3), on `cores` threads:
-    the whole time over every run, as the model serialises the cores' runs."""
+    """Cycles per `RUN_BYTES` run of rows `RUN_STRIDE` apart over a buffer of `size`
+    bytes (DRAM's: twice the L3), on `cores` threads: the whole time over every run, as
+    the model serialises the cores' runs."""
+    seconds = read_in_runs(lib, settings, cores, size, RUN_BYTES)
+    return seconds * clock_hz / (size // RUN_STRIDE * (RUN_STRIDE // RUN_BYTES))
+
+
+def read_in_runs(lib: ctypes.CDLL, settings: Settings, threads: int, size: int,
+                 run_bytes: int) -> float:
+    """Seconds to read `size` bytes (rows `RUN_STRIDE` apart) in runs of `run_bytes`, a
+    column of runs after another until the rows are read whole (`synth_cal_runs`), on
+    `threads` threads; `benchmarks/dram_runs.py` reads it at several run lengths."""
     stride = RUN_STRIDE // 4  # floats
     rows = max(1, size // RUN_STRIDE)
     buf = np.ones(rows * stride + LINE // 4, dtype=np.float32)
     start = buf.ctypes.data + (-buf.ctypes.data) % LINE
-    run = functools.partial(_runs, lib, start, stride, rows, cores)
+    run = functools.partial(_runs, lib, start, stride, rows, run_bytes // 4, threads)
     seconds = timed(run, settings, 1)
     del buf
-    return seconds * clock_hz / (rows * (RUN_STRIDE // RUN_BYTES))
+    return seconds
 
 
-def _runs(lib: ctypes.CDLL, pointer: int, stride: int, rows: int, threads: int,
+def _runs(lib: ctypes.CDLL, pointer: int, stride: int, rows: int, run: int, threads: int,
           passes: int) -> float:
-    return float(lib.synth_cal_runs(pointer, stride, rows, RUN_BYTES // 4, passes, threads))
+    return float(lib.synth_cal_runs(pointer, stride, rows, run, passes, threads))
+
+
+def on_one_cpu() -> None:
+    """Keep this process on one CPU (the first it may use), as `taskset -c N` would: a
+    calibration then describes one core (its DRAM reads, its OpenMP start)."""
+    os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
 
 
 def run_latency_cycles(cal: Calibration) -> float:

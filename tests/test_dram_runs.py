@@ -22,7 +22,7 @@ LATENCY = "30ns"
 KERNEL = "C#2"
 
 
-def dram_part(width: int, latency: str, text: str = GEMM) -> int:
+def dram_part(width: int, latency: str) -> int:
     """The DRAM part (picoseconds) of the GEMM's optimum on one core, every row of A in
     one L3 tile (B moves from DRAM once) and B's L2 tiles (the packs) 256 rows deep and
     `width` columns wide, under `l3.run_latency = latency`."""
@@ -30,7 +30,7 @@ def dram_part(width: int, latency: str, text: str = GEMM) -> int:
              f"Q.{KERNEL}.m=1", f"V.{KERNEL}.m=8", f"V.{KERNEL}.n=32", f"Q.{KERNEL}.n=1",
              f"L.{KERNEL}.n={width // 32}", f"L.{KERNEL}.k=256", f"Q.{KERNEL}.k=1",
              f"V.{KERNEL}.k=1")
-    model, env = solved_on_cpu(text, (f"l3.run_latency={latency}",), fixes)
+    model, env = solved_on_cpu(GEMM, (f"l3.run_latency={latency}",), fixes)
     return evaluate_cost(model, env)["transfer:dram->l3"]
 
 
