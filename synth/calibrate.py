@@ -40,6 +40,12 @@ median. What is measured, and where it goes in the model (docs/hardware.md, "Cal
   reads; a register memory under l1 gets L1's); DRAM's bandwidth with every core
   reading, the caches' with one. A latency the base model sets to 0 stays 0 (the model
   says those transfers overlap compute);
+- the L3 this process can keep: read bandwidth (one core) of buffers growing by sqrt(2)
+  from twice the L3 buffer up to the detected L3; the last read at least `KEPT_SHARE` of
+  the L3's rate -> the L3 memory's `capacity` (its `detect` dropped) when it is below the
+  detected size. A virtual machine's L3 is its host's: sysfs said 300 MiB on an Intel
+  Xeon where reads past 48 MiB ran at DRAM's rate, and the model kept a 64 MiB weight
+  warm there (RESULTS.md, "The L3 a virtual machine keeps");
 - an OpenMP parallel region's start and join -> `launch`; a barrier -> the core level's
   `barrier` when the base model has one;
 - usable cores: FMA throughput of all CPUs running at once over one's -> the core level's
@@ -94,19 +100,21 @@ LINE = 64  # bytes: the pointer chase visits one cache line per step
 STRIP_ROWS = 128
 RUN_BYTES = 128  # the runs synth_cal_runs reads from DRAM, ...
 RUN_STRIDE = 16 << 10  # ... each from a row this many bytes after the last (another page)
-# where in a line the read buffers start: 16 bytes in, as NumPy's large arrays (the emitted
-# kernels' tensors) do. Left to the allocator, the L1 buffer started anywhere in a line:
-# its 64-byte loads then read 63 B/cycle when they split two lines and 126 when they did
-# not (AMD Zen 5), and the model's register rate flipped between runs.
-ALIGN = 16
+# where in a line the read buffers start: on a line, as the tensors handed to the emitted C
+# (`c_check.aligned`) and its own buffers do. 16 bytes in (as NumPy's large arrays start),
+# every 64-byte load splits two lines: L1 read 63 B/cycle against 126 on AMD Zen 5, the L2's
+# 23 against 46 on an Intel Xeon (RESULTS.md, "Reads on cache lines").
+ALIGN = 0
+KEPT_SHARE = 0.7  # a buffer read at this share of the L3's rate or more is kept in the L3
 BUSY_LOAD = 0.5  # a 1-minute load average at or above this: the machine is busy
 LEVELS = ("L1d", "L2", "L3", "DRAM")
 # fallbacks when sysfs does not say (the cpu model's fallbacks)
 FALLBACK_CACHE = {"L1d": 32 << 10, "L2": 512 << 10, "L3": 32 << 20}
 # what `measure` tells its `step` callback, one call per measurement (the progress bar's total)
 # (building, the clock; each op; latencies, the fold, gathers, broadcasts, the GEMM tile,
-# usable cores, the aliasing strip; each level's bandwidth and latency; DRAM runs; OpenMP)
-STEPS = 2 + len(OPS) + 7 + 2 * len(LEVELS) + 2
+# usable cores, the aliasing strip; each level's bandwidth and latency; the L3 kept; DRAM
+# runs; OpenMP)
+STEPS = 2 + len(OPS) + 7 + 2 * len(LEVELS) + 3
 
 
 class CalibrationError(SynthError):
@@ -156,6 +164,9 @@ class Calibration:
     latency: Mapping[str, float]  # level -> cycles from load to use
     run_cycles: float  # a RUN_BYTES run of rows RUN_STRIDE apart read from DRAM, all cores
     sizes: Mapping[str, int]  # level -> bytes of the buffer measured
+    # bytes: the largest buffer one core read at the L3's rate (`kept_l3`); None: every
+    # buffer up to the detected L3
+    l3_kept: int | None
     region_s: float  # an OpenMP parallel region started and joined
     barrier_s: float
     usable_cores: int
@@ -330,6 +341,8 @@ def measure(hw: Hardware, settings: Settings = Settings(), step: Step | None = N
         tell("a strip of rows that alias in the L1d")
         strip = strip_cycles(lib, settings, clock_hz)
         bandwidth, latency, sizes = memories(lib, settings, clock_hz, usable, tell)
+        tell("the L3 one core keeps")
+        kept = kept_l3(lib, settings, bandwidth["L3"] * clock_hz, sizes["L3"])
         tell("DRAM read in short runs")
         runs = run_cycles(lib, settings, clock_hz, usable, sizes["DRAM"])
         tell("OpenMP region and barrier")
@@ -346,6 +359,7 @@ def measure(hw: Hardware, settings: Settings = Settings(), step: Step | None = N
         gather_cycles=gathers, grouped_gather_cycles=grouped, broadcast_cycles=broadcasts,
         microkernel_cycles=microkernel,
         strip_cycles=strip, bandwidth=bandwidth, latency=latency, run_cycles=runs, sizes=sizes,
+        l3_kept=kept,
         region_s=region_s,
         barrier_s=barrier_s, usable_cores=usable, seconds=time.perf_counter() - started,
         notes=tuple(notes))
@@ -444,11 +458,7 @@ def memories(lib: ctypes.CDLL, settings: Settings, clock_hz: float, cores: int, 
         size = sizes[level]
         threads = cores if level == "DRAM" else 1
         tell(f"{level} read bandwidth ({size >> 10} KiB)")
-        buf = np.ones(size // 4 + LINE // 4, dtype=np.float32)
-        start = buf.ctypes.data + (ALIGN - buf.ctypes.data) % LINE
-        seconds = timed(functools.partial(_read, lib, start, size, threads), settings, 1)
-        bandwidth[level] = size / seconds / clock_hz
-        del buf
+        bandwidth[level] = size / _bandwidth(lib, settings, size, threads) / clock_hz
         tell(f"{level} latency")
         lines = size // LINE
         order = rng.permutation(lines)
@@ -458,6 +468,27 @@ def memories(lib: ctypes.CDLL, settings: Settings, clock_hz: float, cores: int, 
                                                  ctypes.c_int64(0)), settings, 1024) * clock_hz
         del chain, order
     return bandwidth, latency, sizes
+
+
+def kept_l3(lib: ctypes.CDLL, settings: Settings, l3_rate: float, l3_buffer: int
+            ) -> int | None:
+    """The largest buffer one core reads at `KEPT_SHARE` of `l3_rate` (bytes per second,
+    measured on an `l3_buffer`-byte buffer) or more: buffers growing by sqrt(2) from twice
+    `l3_buffer` while below the detected L3; None when every one of them does."""
+    detected = cache_sizes()["L3"]
+    kept, size = l3_buffer, 2 * l3_buffer
+    while size < detected:
+        if size / _bandwidth(lib, settings, size, 1) < KEPT_SHARE * l3_rate:
+            return kept
+        kept, size = size, int(size * math.sqrt(2)) // LINE * LINE
+    return None
+
+
+def _bandwidth(lib: ctypes.CDLL, settings: Settings, size: int, threads: int) -> float:
+    """Seconds to read a `size`-byte buffer whole on `threads` threads."""
+    buf = np.ones(size // 4 + LINE // 4, dtype=np.float32)
+    start = buf.ctypes.data + (ALIGN - buf.ctypes.data) % LINE
+    return timed(functools.partial(_read, lib, start, size, threads), settings, 1)
 
 
 def _read(lib: ctypes.CDLL, pointer: int, size: int, threads: int, passes: int) -> float:
@@ -538,6 +569,10 @@ def substitute(tree: dict[str, Any], cal: Calibration) -> list[str]:
             for way in ("read", "write"):
                 put(memory, f"aliased_{way}", f"{cal.strip_cycles[way]:.1f}cycles",
                     f"{name}.aliased_{way} (a line of a strip of rows that alias)")
+        if kinds[index] == "L3" and cal.l3_kept is not None:
+            memory.pop("detect", None)
+            put(memory, "capacity", f"{cal.l3_kept >> 10}KiB",
+                f"{name}.capacity (the largest buffer one core read at the L3's rate)")
         if parent == "DRAM" and "run_latency" in memory:
             put(memory, "run_latency", f"{run_latency_cycles(cal):.1f}cycles",
                 f"{name}.run_latency (a {RUN_BYTES}-byte run from DRAM, beyond its bytes)")
@@ -633,6 +668,9 @@ def header(base: str, cal: Calibration, done: list[str]) -> str:
              "read bandwidth (B/cycle; DRAM with every usable core) and latency (cycles):",
              *(f"  {level}: {cal.bandwidth[level]:.2f} B/cycle, {cal.latency[level]:.0f} "
                f"cycles ({cal.sizes[level] >> 10} KiB buffer)" for level in LEVELS),
+             ("the L3 one core keeps: all of it (buffers up to its size read at its rate)"
+              if cal.l3_kept is None else f"the L3 one core keeps: {cal.l3_kept >> 10} KiB "
+              "(the largest buffer read at the L3's rate; larger ones ran at DRAM's)"),
              f"DRAM in {RUN_BYTES}-byte runs of rows {RUN_STRIDE >> 10} KiB apart (every usable "
              f"core): {cal.run_cycles:.1f} cycles a run, {run_latency_cycles(cal):.1f} beyond "
              "its bytes",

@@ -468,6 +468,8 @@ def print_calibration(cal: Calibration, out: str) -> None:
              f"{cal.microkernel_cycles:.2f} cycles"),
             *((f"{level} read", f"{cal.bandwidth[level]:.2f} B/cycle, "
                f"{cal.latency[level]:.0f} cycles latency") for level in LEVELS),
+            ("L3 one core keeps", "all it has" if cal.l3_kept is None
+             else f"{cal.l3_kept >> 20} MiB"),
             ("OpenMP region", f"{cal.region_s * 1e9:.0f} ns start+join"),
             ("OpenMP barrier", f"{cal.barrier_s * 1e9:.0f} ns"),
             ("usable cores", f"{cal.usable_cores} of {cal.cpus}")]

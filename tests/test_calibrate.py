@@ -39,7 +39,7 @@ def fake(**changes: Any) -> Calibration:
         bandwidth={"L1d": 64.0, "L2": 32.0, "L3": 16.0, "DRAM": 4.0},
         latency={"L1d": 5.0, "L2": 14.0, "L3": 50.0, "DRAM": 300.0}, run_cycles=52.0,
         sizes={"L1d": 1 << 14, "L2": 1 << 20, "L3": 1 << 23, "DRAM": 1 << 28},
-        region_s=1e-6, barrier_s=2e-7, usable_cores=2)
+        l3_kept=None, region_s=1e-6, barrier_s=2e-7, usable_cores=2)
     values.update(changes)
     return Calibration(**values)
 
@@ -153,6 +153,44 @@ def test_substitute_puts_numbers_where_they_belong() -> None:
     written = (l1.get("aliased_read"), l1.get("aliased_write"))
     substitute(base, fake(strip_cycles={}))
     assert (l1.get("aliased_read"), l1.get("aliased_write")) == written
+
+
+def test_the_l3_kept_is_the_l3s_capacity(tmp_path: Path) -> None:
+    """An L3 that keeps less than sysfs says (a virtual machine's host's L3) becomes the
+    model's capacity, no longer detected; one that keeps it all stays detected."""
+    tree = tomllib.loads(read_model("cpu")[0])
+    l3 = {m["name"]: m for m in tree["memory"]}["l3"]
+    substitute(tree, fake())
+    assert l3["detect"] == "L3" and l3["capacity"] == "32MiB"  # the base's fallback
+    done = substitute(tree, fake(l3_kept=48 << 20))
+    assert "detect" not in l3 and l3["capacity"] == "49152KiB"
+    assert "l3.capacity (the largest buffer one core read at the L3's rate) = 49152KiB" in done
+    out = tmp_path / "kept.toml"
+    out.write_text(model_text("cpu", fake(l3_kept=48 << 20)))
+    assert load_hardware(str(out)).memory("l3").capacity == 48 << 20
+    assert "the L3 one core keeps: 49152 KiB" in out.read_text()
+
+
+def test_the_l3_kept_is_the_last_buffer_read_at_its_rate(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Buffers grow by sqrt(2) from twice the L3 buffer (8 MiB); the first read below 0.7
+    of the L3's rate ends the search at the one before it."""
+    mib = 1 << 20
+    monkeypatch.setattr(calibrate, "cache_sizes", lambda: {"L1d": 48 << 10, "L2": 2 * mib,
+                                                           "L3": 300 * mib})
+    seen: list[int] = []
+
+    def seconds(lib: Any, settings: Any, size: int, threads: int, rate: float) -> float:
+        seen.append(size)
+        return size / (rate if size <= 48 * mib else rate / 2)
+
+    l3_rate = 24e9
+    monkeypatch.setattr(calibrate, "_bandwidth", lambda *a: seconds(*a, rate=l3_rate))
+    kept = calibrate.kept_l3(None, calibrate.QUICK, l3_rate, 8 * mib)
+    assert seen[0] == 16 * mib and seen[-1] > 48 * mib and kept == seen[-2] <= 48 * mib
+    assert kept > 48 * mib / math.sqrt(2)
+    monkeypatch.setattr(calibrate, "_bandwidth", lambda *a: seconds(*a, rate=2 * l3_rate))
+    assert calibrate.kept_l3(None, calibrate.QUICK, l3_rate, 8 * mib) is None
 
 
 def test_a_zero_latency_stays_zero() -> None:

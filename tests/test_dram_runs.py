@@ -19,6 +19,8 @@ from synth.hwfile import load_hardware
 GEMM = (F32_MATMUL.replace("size M = 64", "size M = 16").replace("size N = 64", "size N = 4096")
         .replace("size K = 128", "size K = 4096"))
 LATENCY = "30ns"
+# an L3 of the fallback's size, whatever this machine's (B must not fit, A must)
+L3 = ("l3.capacity=32MiB",)
 KERNEL = "C#2"
 
 
@@ -30,7 +32,7 @@ def dram_part(width: int, latency: str) -> int:
              f"Q.{KERNEL}.m=1", f"V.{KERNEL}.m=8", f"V.{KERNEL}.n=32", f"Q.{KERNEL}.n=1",
              f"L.{KERNEL}.n={width // 32}", f"L.{KERNEL}.k=256", f"Q.{KERNEL}.k=1",
              f"V.{KERNEL}.k=1")
-    model, env = solved_on_cpu(GEMM, (f"l3.run_latency={latency}",), fixes)
+    model, env = solved_on_cpu(GEMM, (f"l3.run_latency={latency}", *L3), fixes)
     return evaluate_cost(model, env)["transfer:dram->l3"]
 
 
@@ -61,11 +63,12 @@ out y : f32[K, N]
 y[k, n] = x[k, n] * 2
 """
     fixes = ("P=1", "V.y.n=16", "Q.y.n=1", "L.y.n=2")
-    parts = {latency: evaluate_cost(*solved_on_cpu(scale, (f"l3.run_latency={latency}",),
+    parts = {latency: evaluate_cost(*solved_on_cpu(scale, (f"l3.run_latency={latency}", *L3),
                                                    fixes))["transfer:dram->l3"]
              for latency in (LATENCY, "0ns")}
     assert parts[LATENCY] == parts["0ns"] > 0
-    small, env = solved_on_cpu(GEMM.replace("4096", "256"), (f"l3.run_latency={LATENCY}",))
+    small, env = solved_on_cpu(GEMM.replace("4096", "256"),
+                              (f"l3.run_latency={LATENCY}", *L3))
     assert evaluate_cost(small, env)["transfer:dram->l3"] == 0
 
 

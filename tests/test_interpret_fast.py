@@ -118,7 +118,7 @@ def schedules(case: Case, seeds: tuple[int, ...]) -> list[tuple[str, Program]]:
 # ---------------------------------------------------------------- random workloads
 
 
-@settings(max_examples=25, derandomize=True, deadline=None, database=None,
+@settings(max_examples=15, derandomize=True, deadline=None, database=None,
           suppress_health_check=[HealthCheck.too_slow])
 @given(workloads(), st.sampled_from(["upmem", "cpu"]))
 def test_batched_equals_step_by_step_on_random_workloads(generated: GeneratedWorkload,

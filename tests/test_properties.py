@@ -83,13 +83,13 @@ def check_workload(generated: GeneratedWorkload, hw_name: str) -> None:
         check_program(materialize(model, env), workload, model, env, hw_name, tag)
 
 
-@examples(40)
+@examples(16)
 @given(workloads())
 def test_random_workloads_on_upmem(generated: GeneratedWorkload) -> None:
     check_workload(generated, "upmem")
 
 
-@examples(60)
+@examples(24)
 @given(workloads())
 def test_random_workloads_on_cpu(generated: GeneratedWorkload) -> None:
     check_workload(generated, "cpu")

@@ -146,7 +146,8 @@ def test_an_encoding_too_large_to_read_in_time_is_not_read(
     """z3's time limit does not cover reading the SMT text (52 MB took 3.7 s past a 2 s
     limit): a text that would take past the limit at `SMT_READ_BYTES_PER_S` is a TIMEOUT
     before z3 sees it. Here every text is too large to read in time."""
-    cset = build(Case.of("matmul", "upmem", {"M": 64, "N": 64, "K": 64})).model.constraints
+    cset = build(Case.of("matmul", "cpu", {"M": 16, "N": 8, "K": 32}, TWO_CORES)
+                 ).model.constraints
     read: list[int] = []
     original = z3backend.z3.Solver.from_string
     monkeypatch.setattr(z3backend.z3.Solver, "from_string",
