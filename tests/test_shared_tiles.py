@@ -127,8 +127,9 @@ def test_the_terms_count_one_move_per_dpu_and_the_bytes_once() -> None:
 
 
 def test_a_shared_block_too_large_for_wram_is_rejected() -> None:
-    # at S = 4096 on the built-in model: one block of 256 keys of K and of V (64 KiB each)
-    built = build(Case.of("attention", "upmem", {"S": 4096}))
+    # at S = 4096 on the built-in model (few units, so the core is found fast): one block of
+    # 256 keys of K and of V (64 KiB each)
+    built = build(Case.of("attention", "upmem", {"S": 4096}, SMALL_UPMEM))
     fixes = (f"online.{KERNEL}=1", f"share.{KERNEL}.K=1", f"share.{KERNEL}.V=1",
              f"Q.{KERNEL}.j=256")
     extra = tuple(user_constraints(built.model, (), fixes))

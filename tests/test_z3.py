@@ -59,11 +59,11 @@ SMALL_SIZES = {
     "softmax": {"N": 4096},
     "va": {"N": 1000},
     "red": {"N": 1009},  # a prime: only padded tilings split it
-    "mv": {"M": 64, "N": 128},
-    "matmul": {"M": 64, "N": 32, "K": 128},
-    "gemm2k": {"M": 64, "N": 64, "K": 64},
-    "fa6": {"S": 16, "D": 8},  # 15 fused candidates contain its matmul: z3 solves each
-    "attention": {"S": 16, "D": 8},
+    "mv": {"M": 32, "N": 64},
+    "matmul": {"M": 32, "N": 16, "K": 64},
+    "gemm2k": {"M": 32, "N": 32, "K": 32},
+    "fa6": {"S": 8, "D": 8},  # 15 fused candidates contain its matmul: z3 solves each
+    "attention": {"S": 8, "D": 8},
 }
 BUILTIN_CASES = [Case.of(w, hw, sizes, SMALL_UPMEM if hw == "upmem" else TWO_CORES)
                  for hw in ("cpu", "upmem") for w, sizes in SMALL_SIZES.items()]
