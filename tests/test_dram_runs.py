@@ -15,7 +15,8 @@ from synth.constraints.cost import evaluate_cost
 from synth.errors import InputError
 from synth.hwfile import load_hardware
 
-# a decode step's GEMM: B, 64 MiB, is past any L3, so not warm; A (256 KiB) stays there
+# a decode step's GEMM: B, 64 MiB, is past the L3 (`L3` below), so not warm; A (256 KiB)
+# stays there
 GEMM = (F32_MATMUL.replace("size M = 64", "size M = 16").replace("size N = 64", "size N = 4096")
         .replace("size K = 128", "size K = 4096"))
 LATENCY = "30ns"
