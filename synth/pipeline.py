@@ -11,9 +11,11 @@
 machine; the fastest measured is the schedule the later stages work on.
 
 Sizes given as ranges (`Request.ranges`, `--set N=LO..HI[:STEP]`) are solved at their
-largest admissible value; `prove` then proves the loop nest for every admissible value
-(tiles fixed, host loops adapting: `synth.ir.prove`), and with validation the same nest is
-also run at the smallest values (`run_smallest`).
+largest admissible value, with the root loops over a ranged dimension constrained to run
+ceil(N / step) times there (`encode`'s `dependence`: groups `parametric.<kernel>.<dim>`);
+`prove` then proves the loop nest for every admissible value (tiles fixed, host loops
+adapting: `synth.ir.prove`), and with validation the same nest is also run at the
+smallest values (`run_smallest`).
 
 `run` is what `synth solve` does; every stage is also callable alone (tests and
 benchmarks use them that way). Errors a user can cause are raised as `SynthError`
@@ -179,20 +181,26 @@ def hardware(request: Request) -> Hardware:
 
 def encode(workload: Workload, hw: Hardware, constraints: Sequence[str] = (),
            fixes: Sequence[str] = (), drops: Sequence[str] = (),
-           deadline: Deadline | None = None, emit: str | None = None) -> Model:
+           deadline: Deadline | None = None, emit: str | None = None,
+           dependence: Dependence | None = None) -> Model:
     """The model, then the user's constraints and fixes added, then dropped groups removed
     (see `synth.constraints.user`). Unit counts the constraints and fixes name are
     candidates of the model's spatial factors (`user.named_counts`). Past `deadline`
     (checked while listing candidates and after each build): `SolveTimeout`, exit 3.
     `emit`: the `--emit` target, whose emitter may not merge an online pass split
-    across units (`online_terms.whole_pass_constraints`)."""
+    across units (`online_terms.whole_pass_constraints`). `dependence` (size ranges: the
+    extents that are a ranged size, as `prove` reads them): the root loops over those
+    dimensions run ceil(N / step) times, so that the proof over the range can hold
+    (`cost.parametric_constraints`, groups `parametric.<kernel>.<dim>`)."""
     kernels = candidate_kernels(workload, deadline, vectors=hw.compute.vector_tiles)
-    model = build_model(workload, hw, kernels, deadline=deadline)
+    ranged = dependence.statements if dependence is not None else None
+    model = build_model(workload, hw, kernels, deadline=deadline, ranged=ranged)
     check_deadline(deadline, "encoding")
     extra = user.user_constraints(model, constraints, fixes)
     named = user.named_counts(model, extra)
     if named:  # counts the request names (--fix T=11) become candidates: build again
-        model = build_model(workload, hw, kernels, named=named, deadline=deadline)
+        model = build_model(workload, hw, kernels, named=named, deadline=deadline,
+                            ranged=ranged)
         check_deadline(deadline, "encoding")
         extra = user.user_constraints(model, constraints, fixes)
     if emit is not None and emit not in targets.MERGES_ONLINE:
@@ -345,7 +353,7 @@ def run(request: Request) -> Outcome:
     if request.measure:
         measure.require(hw)  # likewise: --measure runs C on this machine's cores
     model = timed("encode", encode, workload, hw, request.constraints, request.fixes,
-                  request.drops, None, request.emit)
+                  request.drops, None, request.emit, dep)
     result = timed("solve", solve, model, request.solver, max(0.01, deadline.left()),
                    request.jobs)
     if result.status is Status.INFEASIBLE:

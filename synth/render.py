@@ -332,8 +332,10 @@ def print_json(outcome: Outcome, total_s: float) -> None:
 def show_constraints_of(request: Request, as_json: bool) -> int:
     """`--show-constraints`: the model's named groups (after --constraint, --fix and
     --drop), the variables and the hardware parameters expressions may use; no solve."""
-    model: Model = pipeline.encode(pipeline.parse(request), pipeline.hardware(request),
-                                   request.constraints, request.fixes, request.drops)
+    workload = pipeline.parse(request)
+    dependence = pipeline.dependence(request, workload) if request.ranges else None
+    model: Model = pipeline.encode(workload, pipeline.hardware(request), request.constraints,
+                                   request.fixes, request.drops, dependence=dependence)
     cset = model.constraints
     infos = group_infos(cset)
     variables = {name: (list(cset.decisions[name]) if name in cset.decisions else "defined")

@@ -380,6 +380,8 @@ RANGE_CASES = {
                            ("buffers.c.wram=1", "Q.c.i=1024")),
     "mv/cpu": ("mv", "cpu", (("N", (64, 512, 64)),), (("M", 32),), ()),
     "mv/cpu two ranges": ("mv", "cpu", (("M", (8, 64, 8)), ("N", (16, 128, 16))), (), ()),
+    # streams: the columns and cores sit outside the root (l3) loop (`parametric` groups)
+    "fa6/aie": ("fa6", "aie", (("S", (8, 64, 4)),), (("D", 8),), ()),
 }
 
 
@@ -422,7 +424,7 @@ def test_a_schedule_is_proved_over_a_range(case: str) -> None:
     assert outcome.smallest.validation.passed
 
 
-@pytest.mark.parametrize("case", ["va/upmem host loop", "mv/cpu", "softmax/upmem"])
+@pytest.mark.parametrize("case", ["va/upmem host loop", "mv/cpu", "softmax/upmem", "fa6/aie"])
 def test_the_proved_nest_runs_at_sizes_across_the_range(case: str) -> None:
     """What the proof is about, checked without z3: the nest with its host loops adapted
     passes the concrete verifier and matches NumPy at sizes across the range."""
@@ -455,6 +457,34 @@ def test_host_loops_adapt_past_the_solved_size() -> None:
     assert loop.extent == -(-200704 // solved.step) > solved.extent
     workload = load_workload("va", {"N": 200704})
     assert pipeline.validate(bigger, workload).passed
+
+
+def test_units_outside_the_root_loop_leave_it_parametric() -> None:
+    """On AIE (`streams`) the columns and cores sit outside the root (l3) loop, each
+    walking its own share of DDR. A root loop over a ranged dimension that those units
+    split too runs fewer than ceil(N / step) times, and the proof over the range refutes
+    it (`parametric`). The model's `parametric.<kernel>.<dim>` groups, added only with
+    ranges, keep the solver from choosing such a schedule: fa6 over a range of S on AIE
+    is proved (before them, the solver split i across the units and walked it in l3)."""
+    outcome = range_case("fa6/aie")
+    proof, program = outcome.proof, outcome.program
+    assert proof is not None and program is not None
+    assert proof.proved, str(proof)
+    groups = {c.group for c in outcome.model.constraints.constraints}
+    assert {"parametric.kt_s_u_p_r_O.i", "parametric.kt_s_u_p_r_O.j"} <= groups
+    assert not any(g.startswith("parametric.") and g.endswith(".d") for g in groups)  # D=8
+    # without the groups, CP-SAT's optimum (as cheap as the proved one: they tie here) is
+    # one the proof refutes: i split across the units and walked again in l3
+    dropped = pipeline.run(pipeline.Request("fa6", "aie", {"D": 8}, validate=False,
+                                            drops=("parametric",),
+                                            ranges={"S": SizeRange(8, 64, 4)}))
+    assert dropped.proof is not None and not dropped.proof.proved
+    (failure,) = dropped.proof.failures
+    assert failure.kind == "parametric" and failure.counterexample == {"S": 64}
+    assert "parallel loops over i outside it split the rest" in failure.message
+    # and a model without ranges has none
+    plain = pipeline.encode(outcome.workload, outcome.hardware)
+    assert not any(c.group.startswith("parametric") for c in plain.constraints.constraints)
 
 
 def test_which_extents_are_the_ranged_size() -> None:

@@ -311,10 +311,14 @@ class Model:
 def build_model(workload: Workload, hw: Hardware, kernels: Sequence[KernelSpec],
                 extra: Sequence[NamedConstraint] = (),
                 named: Mapping[str, Collection[int]] | None = None,
-                deadline: Deadline | None = None) -> Model:
+                deadline: Deadline | None = None,
+                ranged: Mapping[tuple[str, str], str] | None = None) -> Model:
     """The schedule space of `kernels` (the candidates) on `hw`; `named` adds unit counts
     a request names to the spatial factors' candidates (`space.build_factors`). Past
-    `deadline` while listing the rings of `fusion.acyclic`: `SolveTimeout` (exit 3)."""
+    `deadline` while listing the rings of `fusion.acyclic`: `SolveTimeout` (exit 3).
+    `ranged` ((statement, dimension) -> size, with size ranges): the root loops over those
+    dimensions are parametric in the size (`parametric_constraints`); empty or None adds
+    nothing."""
     from synth.constraints.combines import combine_symmetry, with_combine_choices
     from synth.constraints.intrinsic import intrinsic_constraints, with_pack_choice
     from synth.constraints.sharing import share_constraints, with_share_choices
@@ -333,7 +337,8 @@ def build_model(workload: Workload, hw: Hardware, kernels: Sequence[KernelSpec],
                + single_writer_constraints(kt) + intrinsic_constraints(kt)
                + implied_compute_bounds(kt) + tiled_constraints(kt, workload, domains)
                + blocking_bounds(kt, workload) + combine_symmetry(kt) + _online(kt)
-               + share_constraints(kt))
+               + share_constraints(kt)
+               + (parametric_constraints(kt, workload, ranged) if ranged else []))
         constraints += [when_chosen(chosen[kt.kernel.name], c) for c in own]
     definitions, count_constraints = unit_counts(terms, hw, chosen)
     constraints += count_constraints
@@ -453,6 +458,57 @@ def tiling_constraints(kt: KernelTerms) -> list[NamedConstraint]:
         out.append(NamedConstraint(
             "tiling", f"kernel {kt.kernel.name}: tiles of {dim} divide its padded extent",
             ex.Cmp(ex.mul(kt.f(dim, root), inner), "==", ext)))
+    return out
+
+
+def parametric_group(kernel: str, dim: str) -> str:
+    return f"parametric.{kernel}.{dim}"
+
+
+def parametric_constraints(kt: KernelTerms, workload: Workload,
+                           ranged: Mapping[tuple[str, str], str]) -> list[NamedConstraint]:
+    """With size ranges (`--set N=LO..HI[:STEP]`, solved at the largest admissible N):
+    the root memory's loop over a dimension that is a ranged size, where there is one
+    (its factor G > 1: `ir.materialize` leaves out loops of one iteration), runs
+    ceil(N / step) times, `step` being the tile inside it (the product of the factors of
+    the slots after the root's: the step `ir.materialize` gives the loop). Its count is
+    then a function of N alone, and the same nest serves every admissible size with only
+    that count adapting: the `parametric` obligation of `ir.prove`
+    (`_Prover._loop_extent`, `instantiate`). `ranged` maps (statement, dimension) to the
+    size it is (`ir.prove.Dependence.statements`); a kernel dimension is ranged when it
+    is in one of its statements (`ir.prove.kernel_dims`).
+
+    G = ceil(N / step) is N <= G x step < N + step. G x step is the tile of the root slot
+    (`span`): the padded extent over the units of the slots before it. Where there are
+    none (the root slot first), it is the padded extent, at least N by its domain, so
+    only the upper bound is stated: less than one step of padding. Where units split the
+    dimension outside the root loop (`streams`: AIE's columns and cores), each unit's
+    span must reach N too, which a padded extent under twice N allows only when those
+    units are one; or G is 1 (no root loop: nothing adapts, the tiles cover the padded
+    extent at every size). Nothing is added without ranges."""
+    out = []
+    root = _root_slot(kt)
+    dims = {dim: size for stmt in kt.kernel.statements for dim in stmt.dims
+            if (size := ranged.get((stmt.name, dim))) is not None}
+    for dim, size in dims.items():
+        n = workload.sizes[size]
+        count = kt.f(dim, root)
+        step = ex.mul(*(kt.f(dim, s) for s in range(root + 1, len(kt.slots))))
+        outside = ex.mul(*(kt.f(dim, s) for s in range(root)))
+        span = kt.tile(dim, root)
+        # count <= ceil(N / step); and count >= ceil(N / step), or no root loop
+        conds: list[ex.Cond] = [ex.Cmp(span, "<", ex.add(n, step))]
+        if outside != ex.ONE:
+            conds.append(ex.AnyOf((ex.Cmp(count, "==", ex.ONE),
+                                   ex.Cmp(span, ">=", ex.const(n)))))
+        where = f"kernel {kt.kernel.name}: the {kt.slots[root].name} loop over {dim} runs"
+        meanings = [f"{where} at most ceil({size} / step) times at {size}={n} (less than a "
+                    f"step of padding)",
+                    f"{where} ceil({size} / step) times at {size}={n}, or once (units over "
+                    f"{dim} outside it would leave it short)"]
+        out += [NamedConstraint(parametric_group(kt.kernel.name, dim), meaning, folded)
+                for cond, meaning in zip(conds, meanings, strict=False)
+                if (folded := ex.fold(cond)) != ex.TRUE]
     return out
 
 

@@ -295,6 +295,11 @@ def facts(group: str, hw: Hardware) -> str | None:
     if family == "transfer" and name in {m.name for m in hw.memories}:
         mem = hw.memory(name)
         return f"DMA transfers into {name} are {_transfer_rules(mem.rules)}"
+    if family == "parametric":
+        return ("with a size range (--set N=LO..HI) the schedule is solved at the largest "
+                "admissible N, and each root-memory loop over a dimension that is N runs "
+                "ceil(N / step) times there, so that only its count adapts to other values "
+                "of N (the proof's parametric obligation)")
     if family == "count":
         for level in hw.levels:
             if level.name == name:

@@ -32,11 +32,16 @@ interpreter skips them), the root memory's whole-tensor buffers, the statements'
 dimensions, and the root loops' extents. Spatial loops, the other sequential loops and
 every tile keep their values. Two more kinds of obligation make that parametrisation
 sound: `parametric`, per root loop over a ranged dimension, that its extent is
-ceil(extent / step) at the materialised size (extra, padded host iterations would make
-its count depend on more than N), and `coverage`, per compute and ranged dimension, that
+ceil(extent / step) at the materialised size (extra, padded host iterations, or units
+over the dimension outside the loop that each walk a share of it, would make its count
+depend on more than N), and `coverage`, per compute and ranged dimension, that
 its tiles reach element N - 1 for every admissible N (a dimension without a host loop
 covers a fixed number of elements). Which extents are a ranged size is found by parsing
-the workload again at another admissible value (`size_dependence`), not from names.
+the workload again at another admissible value (`size_dependence`), not from names. The
+solver is held to the root loops' `parametric` obligation already
+(`synth.constraints.cost.parametric_constraints`, given the same dependence by the
+pipeline), so a root loop refuted as `parametric` means a schedule that did not come
+from a model built with the ranges (or one with `--drop parametric`).
 A counterexample of a ranged proof names the sizes' values beside the loop values.
 """
 
@@ -378,12 +383,13 @@ class _Prover:
         solved = self.solved[size]
         need = -(-solved // var.step)
         if var.extent != need:
+            why = ("the extra iterations come from padding" if var.extent > need else
+                   f"parallel loops over {var.dim} outside it split the rest")
             self._parametric(
                 f"kernel {self.name}: loop {var.name}",
                 f"{var.name} ({var.where}) runs {var.extent} times at {size}={solved}, but "
-                f"its steps of {var.step} need ceil({solved} / {var.step}) = {need}: the "
-                f"extra iterations come from padding, so its count is not a function of "
-                f"{size}", size, counted=True)
+                f"its steps of {var.step} need ceil({solved} / {var.step}) = {need}: {why}, "
+                f"so its count is not a function of {size}", size, counted=True)
             return var.extent
         return (self.size[size] + (var.step - 1)) / var.step
 
