@@ -45,8 +45,10 @@ at another offset within a page in each (`placed`), at least `--rounds` rounds o
 (default 15) and more while a set's rounds take under `ROUND_BUDGET_S`: softmax's
 schedules differ by under 1.5% within that group, and which of them is faster moved
 with where the tensors start (RESULTS.md, "Where the tensors start"). The first,
-separate timing stays in the JSON (`first_pass_s`). `--rounds 0` skips the interleaved
-timing.
+separate timing stays in the JSON (`first_pass_s`), and the table's `repeatability` is
+the Spearman of those first timings against the interleaved medians: how far the
+measurement agrees with itself, the most any model's ranking can mean. `--rounds 0`
+skips the interleaved timing.
 """
 
 from __future__ import annotations
@@ -140,6 +142,14 @@ class Problem:
         ran = [p for p in self.ran() if p.first_pass_s is not None]
         return spearman([p.modelled_s for p in ran], [p.first_pass_s or 0.0 for p in ran])
 
+    def repeatability(self) -> float | None:
+        """Spearman of the measurement against itself: each schedule's first timing,
+        alone, against its interleaved median. Where the schedules run within the
+        machine's noise of each other this is low, and no model's ranking of them can
+        mean more than it (softmax-2^20 on the Xeon: 0.17-0.64 over three runs)."""
+        ran = [p for p in self.ran() if p.first_pass_s is not None]
+        return spearman([p.first_pass_s or 0.0 for p in ran], [p.measured_s or 0.0 for p in ran])
+
     def optimum_rank(self) -> int | None:
         """The optimum's place among the measured times, 1 = fastest."""
         ran = sorted(self.ran(), key=lambda p: p.measured_s or 0.0)
@@ -158,6 +168,7 @@ class Problem:
                 "schedules": [p.__dict__ | {"variables": dict(p.variables)}
                               for p in self.points],
                 "spearman": self.spearman(), "first_pass_spearman": self.first_pass_spearman(),
+                "repeatability": self.repeatability(),
                 "optimum_rank": self.optimum_rank(),
                 "measured": len(self.ran()), "optimum_over_fastest": self.optimum_ratio(),
                 "solve_s": self.solve_s, "seconds": self.seconds}
@@ -343,15 +354,16 @@ def print_tables(problems: list[Problem]) -> None:
             measured = "FAILED" if p.measured_s is None else f"{p.measured_s * 1e3:.3f}"
             print(f"| {p.source} | {p.modelled_s * 1e3:.3f} | {measured} | "
                   f"{rank.get(id(p), '-')} |")
-    print("\n| workload | schedules | Spearman | (first pass) | optimum's measured rank | "
-          "optimum / fastest measured |")
-    print("|---|---:|---:|---:|---:|---:|")
+    print("\n| workload | schedules | Spearman | (first pass) | repeatability | "
+          "optimum's measured rank | optimum / fastest measured |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
     for problem in problems:
         rho, rank, ratio = problem.spearman(), problem.optimum_rank(), problem.optimum_ratio()
-        first = problem.first_pass_spearman()
+        first, again = problem.first_pass_spearman(), problem.repeatability()
         print(f"| {problem.name} | {len(problem.ran())} | "
               f"{'-' if rho is None else f'{rho:.2f}'} | "
               f"{'-' if first is None else f'{first:.2f}'} | "
+              f"{'-' if again is None else f'{again:.2f}'} | "
               f"{'-' if rank is None else f'{rank} of {len(problem.ran())}'} | "
               f"{'-' if ratio is None else f'{ratio:.2f}x'} |")
     print()

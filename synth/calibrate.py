@@ -576,7 +576,7 @@ def substitute(tree: dict[str, Any], cal: Calibration) -> list[str]:
         if parent == "DRAM" and "run_latency" in memory:
             put(memory, "run_latency", f"{run_latency_cycles(cal):.1f}cycles",
                 f"{name}.run_latency (a {RUN_BYTES}-byte run from DRAM, beyond its bytes)")
-        if "exposed" in memory:
+        if "exposed" in memory and not memory.get("cache"):  # a cache's: the base model's
             put(memory, "exposed", round(exposed_share(cal), 2),
                 f"{name}.exposed (a GEMM register tile's loads its FMAs do not hide)")
         if ("latency" in memory and not _zero_time(memory["latency"])

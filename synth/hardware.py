@@ -117,9 +117,10 @@ class Memory:
     # pipeline time of the instructions that issue one transfer (the call, addresses),
     # paid by the issuing unit like compute; priced where transfers block (`blocking`)
     issue_ps: int = 0
-    # the share of this memory's transfer time the core spends issuing it in line with its
-    # compute, where it overlaps (`overlap`): register loads and stores are instructions
-    # of the same core, which run beside its arithmetic only in part (cpu_compute.exposed_cost)
+    # the share of this memory's transfer time that adds to compute, where it overlaps
+    # (`overlap`): register loads and stores are instructions of the same core, which run
+    # beside its arithmetic only in part; a cache's fills (which still bound the kernel
+    # from below) hide behind compute only in part (cpu_compute.exposed_cost)
     exposed: float = 0.0
     # a cache's associativity (0: not modelled): rows of a tile a power-of-two stride apart
     # share its sets, and at most `ways` of them stay per set (transfers.aliased_moves)
@@ -277,6 +278,11 @@ class Hardware:
             if mem.name == name:
                 return mem
         raise KeyError(name)
+
+    def parent(self, mem: Memory) -> Memory:
+        """The memory `mem` is filled from (the one before it, outward), found by name: a
+        copy of `mem` with other rates (`cpu_compute.exposed_cost`) has the same parent."""
+        return self.memories[[m.name for m in self.memories].index(mem.name) - 1]
 
     def level_index(self, name: str) -> int:
         return [lvl.name for lvl in self.levels].index(name)

@@ -126,6 +126,10 @@ def test_substitute_puts_numbers_where_they_belong() -> None:
     assert tree["compute"]["broadcast_cycles"]["f32"] == 0.5
     # 14 cycles against 8 FMAs of 1.5 and loads of 8 x 0.5 + 32 B / 64 B/cycle: 0.44
     assert {m["name"]: m for m in tree["memory"]}["reg"]["exposed"] == 0.44
+    base = {m["name"]: m for m in tomllib.loads(read_model("cpu")[0])["memory"]}
+    for cache in ("l2", "l3"):  # a cache's share is the base model's, not the registers'
+        assert {m["name"]: m for m in tree["memory"]}[cache]["exposed"] == \
+            base[cache]["exposed"]
     assert "gather_cycles" not in tree["host"]  # the host runs scalar code
     memories = {m["name"]: m for m in tree["memory"]}
     # a memory's bandwidth is its parent's reads: l1 is filled from L2, the registers

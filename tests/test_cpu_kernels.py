@@ -50,6 +50,26 @@ def test_register_moves_add_to_compute_in_part() -> None:
     assert breakdown["transfer:l1->reg"] > evaluate_cost(hidden, env)["transfer:l1->reg"]
 
 
+def test_cache_fills_add_to_compute_in_part() -> None:
+    """Softmax passes reading 4 MiB from the L3: the fills stay a lower bound of each
+    kernel (in its max) and a share `exposed` of them adds to compute where compute is
+    the longer. At share 1 the whole fills show in their part; at 0 the kernels cost at
+    least them; at 0.5 between, by at most half of them; the breakdown sums to the
+    objective at every share."""
+    workload = load_workload("softmax", {"N": 1 << 20})
+    model, env = optimum(workload, ("core.count=1",))
+    costs, parts = {}, {}
+    for share in (0, 0.5, 1):
+        shared = encode(workload, load_hardware("cpu", ("core.count=1", f"l2.exposed={share}",
+                                                        "l3.exposed=0")))
+        costs[share], parts[share] = objective(shared, env), evaluate_cost(shared, env)
+        assert sum(parts[share].values()) == costs[share]
+    fills = parts[1]["transfer:l3->l2"]  # all exposed: none hidden behind compute
+    assert fills > 0
+    assert fills <= costs[0] < costs[0.5] < costs[1]
+    assert costs[0.5] - costs[0] <= fills / 2 * 1.01  # (whole picoseconds per byte)
+
+
 def test_attention_fused_online_not_dearer_than_the_unfused_path() -> None:
     """Attention at S=2048 on cpu, the schedules of the measured disagreement: QK^T as a
     GEMM kernel `s` then the online `m_p_l_o` ran 8.1-8.5 ms per thread, the fully fused

@@ -682,7 +682,7 @@ def kernel_cost(kt: KernelTerms, workload: Workload) -> dict[str, ex.Int]:
     }
     overlapping: dict[str, ex.Int] = {}
     for slot, mem in _memory_slots(kt):
-        parent = kt.hw.memories[kt.hw.memories.index(mem) - 1]
+        parent = kt.hw.parent(mem)
         if mem.push is not None:
             from synth.constraints.transfers import push_costs  # builds on this module
             parts.update(push_costs(kt, workload, mem, slot))
@@ -699,14 +699,23 @@ def kernel_cost(kt: KernelTerms, workload: Workload) -> dict[str, ex.Int]:
         else:
             transfer = ex.add(transfer, _shared_cost(kt, workload, slot))
         key = f"transfer:{parent.name}->{mem.name}"
-        if mem.overlap and not mem.exposed:
+        if in_max(mem):
             overlapping[key] = transfer
         elif not mem.overlap:
             parts[key] = transfer
     exposed = exposed_cost(kt, workload)  # in line with compute (`cpu_compute`)
-    parts.update(exposed)
-    parts.update(roofline.overlapped_parts(ex.add(compute, *exposed.values()), overlapping))
+    hidden = roofline.overlapped_parts(ex.add(compute, *exposed.values()), overlapping)
+    for key, term in exposed.items():  # a cache's share beside its hidden rest: one part
+        parts[key] = ex.add(term, hidden.pop(key)) if key in hidden else term
+    parts.update(hidden)
     return parts
+
+
+def in_max(mem: Memory) -> bool:
+    """Whether `mem`'s transfers are a term of the kernel's max(compute, transfers): an
+    overlapping memory, unless the core moves it itself (the registers: `exposed` on a
+    memory that is not a cache prices their share in line with compute, and no more)."""
+    return mem.overlap and (mem.cache or not mem.exposed)
 
 
 def kernel_objective(kt: KernelTerms, workload: Workload, parts: Mapping[str, ex.Int]
@@ -719,14 +728,14 @@ def kernel_objective(kt: KernelTerms, workload: Workload, parts: Mapping[str, ex
     if blocking:  # compute + its exposed transfers is the blocking time: compute cancels
         from synth.constraints.transfers import blocking_time  # builds on this module
         mem = kt.hw.memory(kt.slots[blocking[0]].name)
-        parent = kt.hw.memories[kt.hw.memories.index(mem) - 1]
+        parent = kt.hw.parent(mem)
         key = f"transfer:{parent.name}->{mem.name}"
         return ex.add(*(term for part, term in parts.items() if part not in ("compute", key)),
                       blocking_time(kt, workload, parts["compute"]),
                       _shared_cost(kt, workload))
-    overlapping = {f"transfer:{kt.hw.memories[kt.hw.memories.index(mem) - 1].name}->"
+    overlapping = {f"transfer:{kt.hw.parent(mem).name}->"
                    f"{mem.name}": transfer_cost(kt, workload, mem, slot)
-                   for slot, mem in _memory_slots(kt) if mem.overlap and not mem.exposed}
+                   for slot, mem in _memory_slots(kt) if in_max(mem)}
     if overlapping:  # the parts telescope to max(compute, transfers): said so directly
         exposed = exposed_cost(kt, workload)
         return ex.add(ex.maximum(ex.add(parts["compute"], *exposed.values()),
@@ -738,7 +747,7 @@ def kernel_objective(kt: KernelTerms, workload: Workload, parts: Mapping[str, ex
         return ex.add(*parts.values())
     [(slot, buffers)] = kt.buffered.items()
     mem = kt.hw.memory(kt.slots[slot].name)
-    parent = kt.hw.memories[kt.hw.memories.index(mem) - 1]
+    parent = kt.hw.parent(mem)
     key = f"transfer:{parent.name}->{mem.name}"
     compute = parts["compute"]
     transfer = transfer_cost(kt, workload, mem, slot)

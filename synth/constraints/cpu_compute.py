@@ -20,7 +20,7 @@ from synth.constraints.cost import (
     transfer_cost,
     transfer_count,
 )
-from synth.hardware import DIVIDER_OPS
+from synth.hardware import DIVIDER_OPS, Memory
 from synth.workload import Num, ReduceOp, Statement, Workload, op_classes
 
 
@@ -203,30 +203,41 @@ def chain_points(kt: KernelTerms, stmt: Statement, vector: str | None) -> ex.Int
 
 
 def exposed_cost(kt: KernelTerms, workload: Workload) -> dict[str, ex.Int]:
-    """The moves into an overlapping memory that the core issues itself, in line with its
-    compute, keyed like `kernel_cost`'s parts: on the cpu model the vector registers'
-    loads, broadcasts and stores (`reg`), which are instructions of the same core as the
-    FMAs and overlap them only in part. A share `exposed` of their time (the memory's
-    rates scaled by it) adds to the compute that the caches' fills overlap, and the rest
-    hides behind compute (so the kernel's part for them is this term alone):
+    """The share `exposed` of an overlapping memory's transfer time that adds to compute,
+    keyed like `kernel_cost`'s parts (the memory's rates scaled by the share):
 
-        max(compute + exposed x registers, l1, l2, l3)
+        max(compute + exposed x registers + exposed_c x fills of cache c, ..., l1, l2, l3)
 
-    (the registers' whole time is not in the max: it would take over only where they
-    move over 3x compute's time, and as a term of its own it tripled CP-SAT's time on
-    attention at S=4096). Measured per kernel (benchmarks/kernel_times.py): a GEMM
-    whose register tile reloads its accumulators every step of the reduction runs in
-    compute + 0.6-0.9 x its register moves, not in the longer of the two."""
+    - The vector registers (`reg`, not a cache): their loads, broadcasts and stores are
+      instructions of the same core as the FMAs and overlap them only in part; the rest
+      hides behind compute, so the kernel's part for them is this term alone (their whole
+      time is not in the max: it would take over only where they move over 3x compute's
+      time, and as a term of its own it tripled CP-SAT's time on attention at S=4096).
+      Measured per kernel (benchmarks/kernel_times.py): a GEMM whose register tile
+      reloads its accumulators every step of the reduction runs in compute + 0.6-0.9 x
+      its register moves, not in the longer of the two.
+    - A cache: the hardware fills it beside compute, but not wholly in parallel: the
+      fills still bound the kernel from below (they stay in the max) and their share
+      adds to compute where compute is the longer (`cost.in_max`). On the Xeon of
+      benchmarks/RESULTS.md ("Caches that overlap compute in part") whole schedules ran
+      that way with half of the L3's and DRAM's fills exposed."""
     out: dict[str, ex.Int] = {}
     for slot, mem in _memory_slots(kt):
         if not (mem.overlap and mem.exposed) or mem.push is not None:
             continue
-        parent = kt.hw.memories[kt.hw.memories.index(mem) - 1]
-        share = dataclasses.replace(
-            mem, ps_per_byte=round(mem.ps_per_byte * mem.exposed),
-            store_ps_per_byte=round(mem.store_ps_per_byte * mem.exposed),
-            latency_ps=round(mem.latency_ps * mem.exposed),
-            write_latency_ps=(None if mem.write_latency_ps is None
-                              else round(mem.write_latency_ps * mem.exposed)))
-        out[f"transfer:{parent.name}->{mem.name}"] = transfer_cost(kt, workload, share, slot)
+        parent = kt.hw.parent(mem)
+        out[f"transfer:{parent.name}->{mem.name}"] = transfer_cost(
+            kt, workload, _scaled(mem, mem.exposed), slot)
     return out
+
+
+def _scaled(mem: Memory, share: float) -> Memory:
+    """`mem` with every time it prices a transfer by scaled by `share`."""
+    def times(ps: int) -> int:
+        return round(ps * share)
+    return dataclasses.replace(
+        mem, ps_per_byte=times(mem.ps_per_byte), store_ps_per_byte=times(mem.store_ps_per_byte),
+        latency_ps=times(mem.latency_ps),
+        write_latency_ps=None if mem.write_latency_ps is None else times(mem.write_latency_ps),
+        run_latency_ps=times(mem.run_latency_ps), aliased_read_ps=times(mem.aliased_read_ps),
+        aliased_write_ps=times(mem.aliased_write_ps))

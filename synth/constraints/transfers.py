@@ -54,7 +54,7 @@ def push_costs(kt: KernelTerms, workload: Workload, mem: Memory, slot: int
     sees that all ranks together move the whole tensor."""
     push = mem.push
     assert push is not None
-    parent = kt.hw.memories[kt.hw.memories.index(mem) - 1]
+    parent = kt.hw.parent(mem)
     group = kt.hw.level_index(push.level)
     groups = kt.spatial_between(0, group)
     members = kt.spatial_between(group, kt.slots[slot].level_index)
@@ -372,7 +372,7 @@ def walked_moves(kt: KernelTerms, use: TensorUse, mem: Memory, slot: int, inner:
                                     inner, line)
 
     fresh = at(round(aliased_ps * (width - held) / width)) if use.written else own
-    parent = kt.hw.memories[kt.hw.memories.index(mem) - 1]
+    parent = kt.hw.parent(mem)
     return ex.select(few, fresh, at(max(aliased_ps, parent.ps_per_byte * whole)))
 
 
@@ -403,7 +403,7 @@ def walked_rows(kt: KernelTerms, rows: str, column: str, line: int,
 def unprefetched(kt: KernelTerms, mem: Memory, rates: Memory) -> Memory:
     """`rates` (`mem`, or `scattered`'s variant of it) where its lines come from the
     parent with no prefetcher ahead of them: at the parent's own fill rate at least."""
-    parent = kt.hw.memories[kt.hw.memories.index(mem) - 1]
+    parent = kt.hw.parent(mem)
     return dataclasses.replace(rates, ps_per_byte=max(parent.ps_per_byte, rates.ps_per_byte))
 
 
@@ -418,7 +418,7 @@ def scattered(kt: KernelTerms, use: TensorUse, mem: Memory) -> Memory:
     RESULTS.md, "Folds, packed panels and scattered stores".) A tile read is unchanged."""
     if not use.written or use.read:
         return mem
-    parent = kt.hw.memories[kt.hw.memories.index(mem) - 1]
+    parent = kt.hw.parent(mem)
     both = 2 * max(parent.ps_per_byte, mem.ps_per_byte)
     return dataclasses.replace(mem, ps_per_byte=both, store_ps_per_byte=0)
 
