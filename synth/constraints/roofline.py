@@ -18,7 +18,9 @@ What the emitted C does (`synth.emit.c`), and so what is priced here:
   not the issue rate, the bound (`chain_ps`): a 1 x 16 register tile of a GEMM runs at
   a fraction of the FMA throughput a 6 x 32 one reaches (as BLIS's micro-kernels show).
 - Caches are filled by the hardware while the core computes: a kernel takes the longest
-  of its compute and its overlapping transfers, not their sum (`overlapped_parts`).
+  of its compute and its overlapping transfers, not their sum (`overlapped_parts`), with
+  a share of a cache's fills (its `exposed`) added to the compute side: the fills hide
+  behind compute only in part (`cpu_compute.exposed_cost`).
 """
 
 from __future__ import annotations
