@@ -57,7 +57,7 @@ def test_cache_fills_add_to_compute_in_part() -> None:
     least them; at 0.5 between, by at most half of them; the breakdown sums to the
     objective at every share."""
     workload = load_workload("softmax", {"N": 1 << 20})
-    model, env = optimum(workload, ("core.count=1",))
+    _, env = optimum(workload, ("core.count=1",))
     costs, parts = {}, {}
     for share in (0, 0.5, 1):
         shared = encode(workload, load_hardware("cpu", ("core.count=1", f"l2.exposed={share}",

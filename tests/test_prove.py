@@ -17,6 +17,7 @@ import pytest
 from conftest import UPMEM_PRIOR, Rewrite, rewrite
 
 from synth import pipeline
+from synth.constraints.result import Status
 from synth.errors import InputError, IRError
 from synth.hwfile import load_hardware
 from synth.ir.interpret import interpret
@@ -473,11 +474,18 @@ def test_units_outside_the_root_loop_leave_it_parametric() -> None:
     groups = {c.group for c in outcome.model.constraints.constraints}
     assert {"parametric.kt_s_u_p_r_O.i", "parametric.kt_s_u_p_r_O.j"} <= groups
     assert not any(g.startswith("parametric.") and g.endswith(".d") for g in groups)  # D=8
-    # without the groups, CP-SAT's optimum (as cheap as the proved one: they tie here) is
-    # one the proof refutes: i split across the units and walked again in l3
-    dropped = pipeline.run(pipeline.Request("fa6", "aie", {"D": 8}, validate=False,
-                                            drops=("parametric",),
-                                            ranges={"S": SizeRange(8, 64, 4)}))
+    # the schedule the groups exclude, pinned: i split across the 4 columns and walked
+    # again in l3 (2 steps of 8 where ceil(64 / 8) = 8 are needed)
+    split = ("fuse.kt_s_u_p_r_O=1", "X.kt_s_u_p_r_O.i=4", "Y.kt_s_u_p_r_O.i=1",
+             "M.kt_s_u_p_r_O.i=8", "Q.kt_s_u_p_r_O.i=1")
+    request = pipeline.Request("fa6", "aie", {"D": 8}, validate=False, fixes=split,
+                               ranges={"S": SizeRange(8, 64, 4)})
+    # with the groups it is infeasible, and the conflict names the group
+    refused = pipeline.run(request)
+    assert refused.result.status is Status.INFEASIBLE and refused.explanation is not None
+    assert "parametric.kt_s_u_p_r_O.i" in {c.group for c in refused.explanation}
+    # without them it is solved, and the proof refutes it
+    dropped = pipeline.run(dataclasses.replace(request, drops=("parametric",)))
     assert dropped.proof is not None and not dropped.proof.proved
     (failure,) = dropped.proof.failures
     assert failure.kind == "parametric" and failure.counterexample == {"S": 64}

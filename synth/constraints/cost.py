@@ -496,19 +496,19 @@ def parametric_constraints(kt: KernelTerms, workload: Workload,
         step = ex.mul(*(kt.f(dim, s) for s in range(root + 1, len(kt.slots))))
         outside = ex.mul(*(kt.f(dim, s) for s in range(root)))
         span = kt.tile(dim, root)
-        # count <= ceil(N / step); and count >= ceil(N / step), or no root loop
-        conds: list[ex.Cond] = [ex.Cmp(span, "<", ex.add(n, step))]
-        if outside != ex.ONE:
-            conds.append(ex.AnyOf((ex.Cmp(count, "==", ex.ONE),
-                                   ex.Cmp(span, ">=", ex.const(n)))))
         where = f"kernel {kt.kernel.name}: the {kt.slots[root].name} loop over {dim} runs"
-        meanings = [f"{where} at most ceil({size} / step) times at {size}={n} (less than a "
-                    f"step of padding)",
-                    f"{where} ceil({size} / step) times at {size}={n}, or once (units over "
-                    f"{dim} outside it would leave it short)"]
+        # count <= ceil(N / step); and count >= ceil(N / step), or no root loop
+        conds: list[tuple[ex.Cond, str]] = [(
+            ex.Cmp(span, "<", ex.add(n, step)),
+            f"{where} at most ceil({size} / step) times at {size}={n} (less than a step "
+            f"of padding)")]
+        if outside != ex.ONE:
+            conds.append((
+                ex.AnyOf((ex.Cmp(count, "==", ex.ONE), ex.Cmp(span, ">=", ex.const(n)))),
+                f"{where} ceil({size} / step) times at {size}={n}, or once (units over "
+                f"{dim} outside it would leave it short)"))
         out += [NamedConstraint(parametric_group(kt.kernel.name, dim), meaning, folded)
-                for cond, meaning in zip(conds, meanings, strict=False)
-                if (folded := ex.fold(cond)) != ex.TRUE]
+                for cond, meaning in conds if (folded := ex.fold(cond)) != ex.TRUE]
     return out
 
 
