@@ -352,6 +352,20 @@ def test_a_failing_point_is_a_row_and_the_sweep_goes_on(
     assert "point 2 (matmul on cpu, base, cpsat): " in capsys.readouterr().out
 
 
+def test_a_worker_running_another_synth_is_an_error_row_with_exit_2(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker whose synth differs from the sweep's (here: the sweep believes itself
+    another version) gives rows that say so and are not stored: the setup's fault, exit 2,
+    not a bug in synth (70)."""
+    monkeypatch.setattr(command, "synth_version", lambda: "0.0.0+another")
+    code = command.main(Flags(str(tmp_path / "out"), workloads=["softmax"], hardware=["cpu"],
+                              sizes=["N=1024"], workers="1"))
+    [row] = read_rows(tmp_path / "out")
+    assert row["status"] == "error" and row["exit_code"] == 2 and code == 2
+    assert "this sweep 0.0.0+another: install this synth on every worker" in row["error"]
+    assert not list((tmp_path / "out" / "points").glob("*"))
+
+
 def crash_the_second(point: points.Point, emit_root: str | None) -> dict[str, Any]:
     """Run by a worker process: kill it at point 2, like a segfault or the OOM killer."""
     if point.index == 2:

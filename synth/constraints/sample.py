@@ -40,6 +40,14 @@ worker, `random_seed = seed` and a *deterministic* time limit (its work count, n
 wall clock), so the same seed gives the same schedule on any machine and any load. The
 wall-clock limit is only a safety net and far larger. Every schedule returned is checked
 against the constraints in plain Python (`ConstraintSet.violated`) as well.
+
+CP-SAT runs with the optimiser's settings (`cpsat.new_solver`): the workarounds for
+CP-SAT 9.15's presolve, which proves some feasible models infeasible (where a draw would
+find no schedule though there are some), and no LP relaxation, which on these models costs more
+than it prunes here too: the same draws (4 seeds) of fa6 on upmem (S=16, D=8) took
+13.6 s instead of 6.7 s with CP-SAT's defaults, attention on cpu (S=32, D=16) 12.3 s
+instead of 5.8 s, and softmax on upmem (N=1009), whose draws are proved nearest their
+targets either way, 3.2 s instead of 0.8 s (RESULTS.md, "A faster sampler").
 """
 
 from __future__ import annotations
@@ -48,13 +56,14 @@ import random
 
 from ortools.sat.python import cp_model
 
-from synth.constraints.cpsat import Lowering
+from synth.constraints.cpsat import Lowering, new_solver
 from synth.constraints.decompose import components, random_cover, with_fusion
 from synth.constraints.space import ConstraintSet, is_fusion_decision
 
 # CP-SAT's deterministic time units (about seconds) per part. The nearest schedule to the
 # target is not needed, only a legal one near it: on fused attention and fa6 the search
-# runs to the limit, and 0.5 draws a sample in 0.5-3 s where 5.0 took 15-30 s.
+# runs to the limit, and 0.5 draws a sample in 0.5-1.7 s (Xeon of RESULTS.md) where 5.0
+# took 15-30 s.
 DETERMINISTIC_LIMIT = 0.5
 COVER_TRIES = 4  # random fusion covers tried before one joint draw
 WALL_LIMIT_S = 60.0
@@ -111,11 +120,9 @@ def _sample_part(cset: ConstraintSet, rng: random.Random, seed: int) -> dict[str
         model.add_abs_equality(gap, index - target)
         distance.append(weight * gap)
     model.minimize(sum(distance))
-    solver = cp_model.CpSolver()
-    solver.parameters.num_workers = 1
+    solver = new_solver(WALL_LIMIT_S, workers=1)
     solver.parameters.random_seed = seed % (2**31)
     solver.parameters.max_deterministic_time = DETERMINISTIC_LIMIT
-    solver.parameters.max_time_in_seconds = WALL_LIMIT_S
     code = solver.solve(model)
     if code not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return None

@@ -192,8 +192,9 @@ def run_points(points: Sequence[Point], todo: Sequence[Point], runner: Runner, o
                 contextlib.closing(results(todo, runner, cluster, emit_root)) as finished:
             for point, result, storable in finished:
                 if result.get("synth") != version:
-                    result = execute.failed(point, f"the worker runs synth "
-                                            f"{result.get('synth')}, this sweep {version}")
+                    result = execute.failed(  # the setup's fault, not synth's: exit 2
+                        point, f"the worker runs synth {result.get('synth')}, this sweep "
+                        f"{version}: install this synth on every worker", InputError)
                     storable = False
                 if storable:
                     keep.save(point, result)

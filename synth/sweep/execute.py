@@ -24,7 +24,7 @@ from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
 from synth import processes, tune
-from synth.errors import InputError
+from synth.errors import InputError, SynthError
 from synth.sweep import task
 from synth.sweep.points import Point
 
@@ -41,10 +41,12 @@ CONNECT_TIMEOUT_S = 30  # to reach a Dask scheduler (distributed's own default i
 CLOSE_TIMEOUT_S = 10  # to close the client (a lost scheduler: it gives up at once)
 
 
-def failed(point: Point, message: str) -> dict[str, Any]:
-    """The result of a point that could not be run (not stored: a rerun tries again)."""
+def failed(point: Point, message: str,
+           kind: type[SynthError] = task.InternalError) -> dict[str, Any]:
+    """The result of a point that could not be run (not stored: a rerun tries again),
+    with an error of `kind` (its exit code: a bug in synth unless said otherwise)."""
     request = point.request(point.workload_ref, point.hardware_ref, None)
-    error = task.InternalError(message)
+    error = kind(message)
     return task.result(tune.VariantResult(tune.Variant(point.index, (), request), None,
                                           error, 0.0))
 
