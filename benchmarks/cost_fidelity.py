@@ -48,7 +48,9 @@ with where the tensors start (RESULTS.md, "Where the tensors start"). The first,
 separate timing stays in the JSON (`first_pass_s`), and the table's `repeatability` is
 the Spearman of those first timings against the interleaved medians: how far the
 measurement agrees with itself, the most any model's ranking can mean. `--rounds 0`
-skips the interleaved timing.
+skips the interleaved timing. Beside each Spearman the table gives a 90% bootstrap
+interval over the schedules (`spearman_interval`; JSON `spearman_90`): another draw of
+20 schedules can land anywhere in it.
 """
 
 from __future__ import annotations
@@ -137,6 +139,12 @@ class Problem:
         ran = self.ran()
         return spearman([p.modelled_s for p in ran], [p.measured_s or 0.0 for p in ran])
 
+    def spearman_interval(self) -> tuple[float, float] | None:
+        """A 90% bootstrap interval of `spearman` over the schedules (see
+        `spearman_interval`): how far another draw of as many schedules could move it."""
+        ran = self.ran()
+        return spearman_interval([p.modelled_s for p in ran], [p.measured_s or 0.0 for p in ran])
+
     def first_pass_spearman(self) -> float | None:
         """Spearman against each schedule's first timing, alone (before the rounds)."""
         ran = [p for p in self.ran() if p.first_pass_s is not None]
@@ -167,11 +175,38 @@ class Problem:
         return {"problem": self.name, "sizes": dict(self.sizes),
                 "schedules": [p.__dict__ | {"variables": dict(p.variables)}
                               for p in self.points],
-                "spearman": self.spearman(), "first_pass_spearman": self.first_pass_spearman(),
+                "spearman": self.spearman(), "spearman_90": self.spearman_interval(),
+                "first_pass_spearman": self.first_pass_spearman(),
                 "repeatability": self.repeatability(),
                 "optimum_rank": self.optimum_rank(),
                 "measured": len(self.ran()), "optimum_over_fastest": self.optimum_ratio(),
                 "solve_s": self.solve_s, "seconds": self.seconds}
+
+
+BOOTSTRAP_RESAMPLES = 2000
+
+
+def spearman_interval(modelled: list[float], measured: list[float],
+                      resamples: int = BOOTSTRAP_RESAMPLES) -> tuple[float, float] | None:
+    """The 5th and 95th percentiles of the Spearman of `resamples` resamples of the
+    (modelled, measured) pairs, drawn with replacement (seeded: the same pairs give the
+    same interval); None with fewer than three pairs. 20-odd schedules are a small draw:
+    the same model and machine gave matmul-512 0.90 on one run's draws and 0.79 on
+    another's (RESULTS.md, "A faster sampler"), so the target is read against this."""
+    pairs = list(zip(modelled, measured, strict=True))
+    if len(pairs) < 3:
+        return None
+    rng = random.Random(0)
+    values = []
+    for _ in range(resamples):
+        drawn = [pairs[rng.randrange(len(pairs))] for _ in pairs]
+        rho = spearman([m for m, _ in drawn], [t for _, t in drawn])
+        if rho is not None:
+            values.append(rho)
+    if not values:
+        return None
+    values.sort()
+    return values[int(0.05 * (len(values) - 1))], values[int(0.95 * (len(values) - 1))]
 
 
 def schedules(model: Model, samples: int, time_limit_s: float
@@ -354,14 +389,16 @@ def print_tables(problems: list[Problem]) -> None:
             measured = "FAILED" if p.measured_s is None else f"{p.measured_s * 1e3:.3f}"
             print(f"| {p.source} | {p.modelled_s * 1e3:.3f} | {measured} | "
                   f"{rank.get(id(p), '-')} |")
-    print("\n| workload | schedules | Spearman | (first pass) | repeatability | "
-          "optimum's measured rank | optimum / fastest measured |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
+    print("\n| workload | schedules | Spearman | (90% bootstrap) | (first pass) | "
+          "repeatability | optimum's measured rank | optimum / fastest measured |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for problem in problems:
         rho, rank, ratio = problem.spearman(), problem.optimum_rank(), problem.optimum_ratio()
         first, again = problem.first_pass_spearman(), problem.repeatability()
+        interval = problem.spearman_interval()
         print(f"| {problem.name} | {len(problem.ran())} | "
               f"{'-' if rho is None else f'{rho:.2f}'} | "
+              f"{'-' if interval is None else f'{interval[0]:.2f}-{interval[1]:.2f}'} | "
               f"{'-' if first is None else f'{first:.2f}'} | "
               f"{'-' if again is None else f'{again:.2f}'} | "
               f"{'-' if rank is None else f'{rank} of {len(problem.ran())}'} | "

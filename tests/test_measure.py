@@ -247,6 +247,19 @@ def test_cost_fidelity_summary() -> None:
     assert timed.spearman() == problem.spearman()
 
 
+def test_cost_fidelity_spearman_interval() -> None:
+    """The bootstrap interval holds the Spearman, is one point for a perfect ranking,
+    widens with a misranked pair, and is the same on every call (seeded)."""
+    fidelity = benchmark_module("cost_fidelity")
+    modelled = [float(k) for k in range(20)]
+    assert fidelity.spearman_interval(modelled, [2.0 * m for m in modelled]) == (1.0, 1.0)
+    measured = [*modelled[:5], 9.5, *modelled[6:9], 5.5, *modelled[10:]]  # 5 and 9 swapped
+    low, high = fidelity.spearman_interval(modelled, measured)
+    assert low < spearman(modelled, measured) <= high <= 1.0 and low > 0.5
+    assert fidelity.spearman_interval(modelled, measured) == (low, high)
+    assert fidelity.spearman_interval([1.0, 2.0], [1.0, 2.0]) is None
+
+
 def test_cost_fidelity_interleaved_rounds(tmp_path: Path) -> None:
     """Two schedules of one workload, built, timed in one child over interleaved rounds:
     a positive median each, in their order."""
