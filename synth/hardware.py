@@ -107,6 +107,10 @@ class Memory:
     # a cache that holds the program's tensors from its previous run (or their producers)
     # when they all fit: nothing moves into it from its parent then (steady state)
     warm: bool = False
+    # a cache that keeps the whole of its parent's tile of a tensor when that takes at
+    # most half of it: the tiles of it the loops inside meet again move in once per
+    # parent tile (`cost.kept_in_cache`)
+    keeps: bool = False
     # fixed cost of one transfer back to the parent (None: `latency_ps`); UPMEM mram_write
     write_latency_ps: int | None = None
     # a unit waits for its own transfers into this memory (UPMEM mram_read): only other

@@ -80,7 +80,7 @@ _LEVEL_FIELDS = ("symbol", "count", "issue_share", "barrier", "fork", "barrier_p
 _MEMORY_KEYS = ("name", "level", "instance_level", "capacity", "reserved", "symbol", "latency",
                 "bandwidth", "shared_by", "transfer", "detect", "overlap", "cache",
                 "warm", "store_bandwidth", "write_latency", "blocking", "issue", "push",
-                "exposed", "ways", "aliased_read", "aliased_write", "run_latency")
+                "exposed", "ways", "aliased_read", "aliased_write", "run_latency", "keeps")
 _MEMORY_FIELDS = tuple(k for k in _MEMORY_KEYS if k not in ("name", "transfer", "push"))
 # about the parent: not on the root memory
 _PARENT_KEYS = ("latency", "bandwidth", "transfer", "store_bandwidth", "write_latency",
@@ -613,6 +613,10 @@ def _memory(entry: dict[str, Any], is_root: bool, levels: Sequence[Level], clock
         raise where.at("shared_by").error(
             f"{names[shared_by]!r} is inside the memory's level {names[level]!r}; name that "
             "level or an outer one")
+    if _flag(entry.get("keeps", False), where.at("keeps")) and not _flag(
+            entry.get("cache", False), where.at("cache")):
+        raise where.at("keeps").error("expected a cache (cache = true): only a cache keeps "
+                                      "its parent's tiles")
     capacity = _capacity(entry, where)
     # Sizes are never negative. A reservation that leaves nothing usable (or less) is not
     # bad input: it is a what-if a user may ask (--hw-set wram.capacity=4), and the
@@ -634,6 +638,7 @@ def _memory(entry: dict[str, Any], is_root: bool, levels: Sequence[Level], clock
         overlap=_flag(entry.get("overlap", False), where.at("overlap")),
         cache=_flag(entry.get("cache", False), where.at("cache")),
         warm=_flag(entry.get("warm", False), where.at("warm")),
+        keeps=_flag(entry.get("keeps", False), where.at("keeps")),
         store_ps_per_byte=(_unit(lambda v: parse_bandwidth(v, clock_hz),
                                  entry["store_bandwidth"], where.at("store_bandwidth"))
                            if "store_bandwidth" in entry else 0),

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from conftest import gemm, solve
+from conftest import BENCHMARKS, gemm, solve
 from test_emit_c import assert_passes, emit_and_check
 
 from synth.constraints import expr as ex
@@ -68,6 +68,33 @@ def test_cache_fills_add_to_compute_in_part() -> None:
     assert fills > 0
     assert fills <= costs[0] < costs[0.5] < costs[1]
     assert costs[0.5] - costs[0] <= fills / 2 * 1.01  # (whole picoseconds per byte)
+
+
+def test_a_cache_that_keeps_its_parents_tile_moves_it_in_once() -> None:
+    """A skinny GEMM with k outermost (benchmarks/cost_fidelity.py's matmul-16x4096x4096,
+    a sampled schedule that ran 14.8 ms): each step of k has an 8 x 4096 slice of B in
+    the L3 (128 KiB), read in 8 x 1024 L2 tiles again for each of 8 row blocks. An L2
+    that `keeps` moves the slice in once per step, not 8 times: its fills from the L3
+    fall by more than half. Where the slice is over half the L2 the rule does not apply,
+    and the breakdown sums to the objective either way."""
+    workload = load_workload(str(BENCHMARKS / "workloads" / "matmul_f32.syn"),
+                             {"M": 16, "N": 4096, "K": 4096})
+    schedule = {"fuse.C#1_C#2": 0, "fuse.C#1": 1, "fuse.C#2": 1, "L.C#1.m": 8, "Q.C#1.m": 2, "L.C#1.n": 256, "V.C#1.n": 16,
+                "S.C#2.m": 8, "Q.C#2.m": 2, "S.C#2.n": 4, "Q.C#2.n": 64, "V.C#2.n": 16,
+                "V.C#2.k": 8}
+    fills = {}
+    for capacity in ("1MiB", "128KiB"):
+        for keeps in (False, True):
+            model = encode(workload, load_hardware("cpu", (
+                "core.count=1", f"l2.capacity={capacity}", f"l2.keeps={str(keeps).lower()}")))
+            env = model.constraints.complete(
+                {name: schedule.get(name, 1) for name in model.constraints.decisions})
+            assert not model.constraints.violated(env) or capacity == "128KiB"
+            parts = evaluate_cost(model, env)
+            assert sum(parts.values()) == objective(model, env)
+            fills[capacity, keeps] = parts["transfer:l3->l2"]
+    assert fills["1MiB", True] < fills["1MiB", False] / 2
+    assert fills["128KiB", True] == fills["128KiB", False]  # 128 KiB: over half of it
 
 
 def test_attention_fused_online_not_dearer_than_the_unfused_path() -> None:

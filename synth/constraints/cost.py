@@ -234,7 +234,8 @@ def buffer_bytes(kt: KernelTerms, use: TensorUse, mem: Memory, slot: int,
 
 
 def transfer_loops(kt: KernelTerms, use: TensorUse, slot: int, cached: bool = False,
-                   once: bool = False) -> tuple[dict[str, set[int]], list[ex.Int]]:
+                   once: bool = False, kept: tuple[int, ex.Cond] | None = None
+                   ) -> tuple[dict[str, set[int]], list[ex.Int]]:
     """The loops around the copy of `use` into the memory at `slot`, per dimension.
 
     Returns the slots whose factors always count, per dim, and the factors that count
@@ -243,7 +244,9 @@ def transfer_loops(kt: KernelTerms, use: TensorUse, slot: int, cached: bool = Fa
     tile, and one with a single iteration multiplies by 1 either way. In a cache
     (`cached`) every loop is optional: the tile stays across a loop outside the units that
     does not walk it, though the loop nest makes it anew there. `once`: no loop that does
-    not walk the tensor counts (each distinct tile once: `transfers.packed_fills`)."""
+    not walk the tensor counts (each distinct tile once: `transfers.packed_fills`).
+    `kept` (`kept_in_cache`): from the parent's slot inward, no loop that does not walk
+    the tensor counts where the condition holds (the cache keeps the parent's tile)."""
     loops = copy_loops(kt.slots, kt.kernel, slot)
     if cached:
         loops = CopyLoops((), loops.fixed + loops.optional)
@@ -259,8 +262,33 @@ def transfer_loops(kt: KernelTerms, use: TensorUse, slot: int, cached: bool = Fa
             continue
         walks_later = ex.any_of(ex.greater_than_one(kt.f(lp.dim, lp.slot))
                                 for lp in loops.optional[pos:] if lp.dim in use.indices)
-        optional.append(ex.select(walks_later, kt.f(loop.dim, loop.slot), 1))
+        again = ex.select(walks_later, kt.f(loop.dim, loop.slot), 1)
+        if kept is not None and loop.slot >= kept[0]:
+            again = ex.select(kept[1], 1, again)  # kept: met again inside the parent's tile
+        optional.append(again)
     return counted, optional
+
+
+def kept_in_cache(kt: KernelTerms, use: TensorUse, mem: Memory, itemsize: int
+                  ) -> tuple[int, ex.Cond] | None:
+    """For a cache that `keeps` (`cpu`: each core's L2): the slot of its parent's loops
+    and whether the parent's tile of `use` takes at most half of it (the rest for the
+    kernel's other tensors). The cache then keeps every tile of it the loops inside the
+    parent's tile meet, so a loop there that does not walk the tensor moves none again,
+    though a loop inside it walks the tensor (`transfer_loops`). (matmul 16x4096x4096
+    with k outermost read an 8 x 4096 slice of B, 128 KiB, in 8 x 1024 L2 tiles again for
+    each of 8 row blocks: priced as 8 reads of it from the L3, 30.6 ms, it ran 14.8;
+    on the L1 the same rule priced matmul-512's schedules worse: RESULTS.md, "A cache
+    keeps its parent's tile".) None where this does not apply."""
+    if not (mem.cache and mem.keeps) or not use.indices:
+        return None
+    parent = kt.hw.parent(mem).name
+    found = [i for i, s in enumerate(kt.slots)
+             if s.kind is SlotKind.TEMPORAL and s.name == parent]
+    if not found:
+        return None
+    size = ex.mul(itemsize, *(kt.tile(d, found[0]) for d in use.indices))
+    return found[0], ex.Cmp(size, "<=", ex.const(mem.usable // 2))
 
 
 def transfer_count(kt: KernelTerms, use: TensorUse, slot: int) -> ex.Int:
@@ -1061,7 +1089,8 @@ def tensor_transfer_cost(kt: KernelTerms, use: TensorUse, mem: Memory, slot: int
     dimension's factors, which `dim_product` writes compactly (tiled: `tiled`)."""
     if kt.hw.compute.tiling.edge:
         return tiled.tiled_transfer_cost(kt, use, mem, slot, itemsize)
-    counted, optional = transfer_loops(kt, use, slot, mem.cache, once)
+    kept = None if once else kept_in_cache(kt, use, mem, itemsize)
+    counted, optional = transfer_loops(kt, use, slot, mem.cache, once, kept)
     inner = set(kt.inner(slot))
     partials = kt.partials(slot, use)
     last = use.indices[-1] if use.indices else None
