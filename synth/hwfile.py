@@ -613,10 +613,6 @@ def _memory(entry: dict[str, Any], is_root: bool, levels: Sequence[Level], clock
         raise where.at("shared_by").error(
             f"{names[shared_by]!r} is inside the memory's level {names[level]!r}; name that "
             "level or an outer one")
-    if _flag(entry.get("keeps", False), where.at("keeps")) and not _flag(
-            entry.get("cache", False), where.at("cache")):
-        raise where.at("keeps").error("expected a cache (cache = true): only a cache keeps "
-                                      "its parent's tiles")
     capacity = _capacity(entry, where)
     # Sizes are never negative. A reservation that leaves nothing usable (or less) is not
     # bad input: it is a what-if a user may ask (--hw-set wram.capacity=4), and the

@@ -79,9 +79,9 @@ def test_a_cache_that_keeps_its_parents_tile_moves_it_in_once() -> None:
     and the breakdown sums to the objective either way."""
     workload = load_workload(str(BENCHMARKS / "workloads" / "matmul_f32.syn"),
                              {"M": 16, "N": 4096, "K": 4096})
-    schedule = {"fuse.C#1_C#2": 0, "fuse.C#1": 1, "fuse.C#2": 1, "L.C#1.m": 8, "Q.C#1.m": 2, "L.C#1.n": 256, "V.C#1.n": 16,
-                "S.C#2.m": 8, "Q.C#2.m": 2, "S.C#2.n": 4, "Q.C#2.n": 64, "V.C#2.n": 16,
-                "V.C#2.k": 8}
+    schedule = {"fuse.C#1_C#2": 0, "fuse.C#1": 1, "fuse.C#2": 1, "L.C#1.m": 8, "Q.C#1.m": 2,
+                "L.C#1.n": 256, "V.C#1.n": 16, "S.C#2.m": 8, "Q.C#2.m": 2, "S.C#2.n": 4,
+                "Q.C#2.n": 64, "V.C#2.n": 16, "V.C#2.k": 8}
     fills = {}
     for capacity in ("1MiB", "128KiB"):
         for keeps in (False, True):
