@@ -269,7 +269,7 @@ def transfer_loops(kt: KernelTerms, use: TensorUse, slot: int, cached: bool = Fa
     return counted, optional
 
 
-def kept_in_cache(kt: KernelTerms, use: TensorUse, mem: Memory, itemsize: int
+def kept_in_cache(kt: KernelTerms, use: TensorUse, mem: Memory, slot: int, itemsize: int
                   ) -> tuple[int, ex.Cond] | None:
     """For a cache that `keeps` (`cpu`: each core's L2): the slot of its parent's loops
     and whether the parent's tile of `use` takes at most half of it (the rest for the
@@ -282,13 +282,9 @@ def kept_in_cache(kt: KernelTerms, use: TensorUse, mem: Memory, itemsize: int
     keeps its parent's tile".) None where this does not apply."""
     if not (mem.cache and mem.keeps) or not use.indices:
         return None
-    parent = kt.hw.parent(mem).name
-    found = [i for i, s in enumerate(kt.slots)
-             if s.kind is SlotKind.TEMPORAL and s.name == parent]
-    if not found:
-        return None
-    size = ex.mul(itemsize, *(kt.tile(d, found[0]) for d in use.indices))
-    return found[0], ex.Cmp(size, "<=", ex.const(mem.usable // 2))
+    parent = _parent_slot(kt, slot)
+    size = ex.mul(itemsize, *(kt.tile(d, parent) for d in use.indices))
+    return parent, ex.Cmp(size, "<=", ex.const(mem.usable // 2))
 
 
 def transfer_count(kt: KernelTerms, use: TensorUse, slot: int) -> ex.Int:
@@ -1089,7 +1085,7 @@ def tensor_transfer_cost(kt: KernelTerms, use: TensorUse, mem: Memory, slot: int
     dimension's factors, which `dim_product` writes compactly (tiled: `tiled`)."""
     if kt.hw.compute.tiling.edge:
         return tiled.tiled_transfer_cost(kt, use, mem, slot, itemsize)
-    kept = None if once else kept_in_cache(kt, use, mem, itemsize)
+    kept = None if once else kept_in_cache(kt, use, mem, slot, itemsize)
     counted, optional = transfer_loops(kt, use, slot, mem.cache, once, kept)
     inner = set(kt.inner(slot))
     partials = kt.partials(slot, use)
