@@ -51,6 +51,10 @@ median. What is measured, and where it goes in the model (docs/hardware.md, "Cal
 - usable cores: FMA throughput of all CPUs running at once over one's -> the core level's
   `count`.
 
+Every micro-benchmark runs in passes, seconds apart, each number the best any pass gave
+(`combine`), until a pass improves none by more than a tenth (`Settings`): a busy moment
+outlasts one measurement's repetitions.
+
 The model written is the base model's file with those values substituted, under a
 header comment that says what was measured, when, on which CPU and under what load.
 """
@@ -68,7 +72,7 @@ import tempfile
 import time
 import tomllib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -110,11 +114,15 @@ BUSY_LOAD = 0.5  # a 1-minute load average at or above this: the machine is busy
 LEVELS = ("L1d", "L2", "L3", "DRAM")
 # fallbacks when sysfs does not say (the cpu model's fallbacks)
 FALLBACK_CACHE = {"L1d": 32 << 10, "L2": 512 << 10, "L3": 32 << 20}
-# what `measure` tells its `step` callback, one call per measurement (the progress bar's total)
-# (building, the clock; each op; latencies, the fold, gathers, broadcasts, the GEMM tile,
-# usable cores, the aliasing strip; each level's bandwidth and latency; the L3 kept; DRAM
-# runs; OpenMP)
-STEPS = 2 + len(OPS) + 7 + 2 * len(LEVELS) + 3
+# what `measure` tells its `step` callback, one call per measurement: per pass (the clock;
+# each op; latencies, the fold, gathers, broadcasts, the GEMM tile, usable cores, the
+# aliasing strip; each level's bandwidth and latency; the L3 kept; DRAM runs; OpenMP) ...
+PASS_STEPS = 1 + len(OPS) + 7 + 2 * len(LEVELS) + 3
+
+
+def steps(passes: int) -> int:
+    """... and building the benchmarks once: the progress bar's total for `passes`."""
+    return 1 + passes * PASS_STEPS
 
 
 class CalibrationError(SynthError):
@@ -128,15 +136,27 @@ class Settings:
     """How long each measurement runs: `target_s` per repetition, `reps` repetitions
     (the fastest is kept: on a shared machine another process only ever slows a run
     down, and many short runs find the quiet moments more often than a few long
-    ones); `dram_cap` bounds the DRAM buffer (twice the L3 otherwise)."""
+    ones); `dram_cap` bounds the DRAM buffer (twice the L3 otherwise).
+
+    A busy moment can last longer than one measurement's repetitions (a calibration taken
+    beside a test suite read the L1 at 68 B/cycle against 111 and kept 8 MiB of the L3
+    against 92: RESULTS.md, "A calibration on a busy host"), so every micro-benchmark
+    runs in passes, seconds apart, each number the best any pass gave: at least
+    `min_passes`, then until a pass improves no number by more than `settle` (a share),
+    at most `passes`, and no pass started that would end past `budget_s`."""
 
     target_s: float = 0.004
     reps: int = 15
     dram_cap: int = 1 << 30
+    passes: int = 5
+    min_passes: int = 2
+    settle: float = 0.1
+    budget_s: float = 50.0
 
 
-DEFAULT = Settings()  # what `synth calibrate` uses (about 5-10 s in all)
-QUICK = Settings(target_s=0.001, reps=1, dram_cap=64 << 20)  # tests: the numbers are rough
+DEFAULT = Settings()  # what `synth calibrate` uses (2-5 passes of 5-10 s)
+# tests: the numbers are rough
+QUICK = Settings(target_s=0.001, reps=1, dram_cap=64 << 20, passes=1, min_passes=1)
 
 
 @dataclass(frozen=True)
@@ -164,7 +184,7 @@ class Calibration:
     latency: Mapping[str, float]  # level -> cycles from load to use
     run_cycles: float  # a RUN_BYTES run of rows RUN_STRIDE apart read from DRAM, all cores
     sizes: Mapping[str, int]  # level -> bytes of the buffer measured
-    # bytes: the largest buffer one core read at the L3's rate (`kept_l3`); None: every
+    # bytes: the largest buffer one core read at the L3's rate (`kept_of`); None: every
     # buffer up to the detected L3
     l3_kept: int | None
     region_s: float  # an OpenMP parallel region started and joined
@@ -172,6 +192,12 @@ class Calibration:
     usable_cores: int
     seconds: float = 0.0  # the whole measurement
     notes: tuple[str, ...] = field(default_factory=tuple)
+    # bytes -> bytes per second one core read a buffer that size at (`l3_reads`); the
+    # buffers `l3_kept` was found from
+    l3_reads: Mapping[int, float] = field(default_factory=dict)
+    passes: int = 1  # passes of the micro-benchmarks, each number the best of them
+    # numbers the last pass still improved by more than `Settings.settle` (empty: settled)
+    unsettled: tuple[str, ...] = field(default_factory=tuple)
 
     @property
     def fold_cycles(self) -> float:
@@ -301,68 +327,180 @@ Step = Callable[[str], None]  # told what runs next (the progress bar)
 
 def measure(hw: Hardware, settings: Settings = Settings(), step: Step | None = None
             ) -> Calibration:
-    """Run every micro-benchmark on this machine (see the module's docstring)."""
+    """Every micro-benchmark (see the module's docstring), in passes (`Settings`): each
+    number the best any pass gave."""
     from synth.emit.c import vector_bytes
 
     tell = step or (lambda _: None)
     started = time.perf_counter()
     load = os.getloadavg()
     vb = vector_bytes(hw)
+    best: Calibration | None = None
+    unsettled: tuple[str, ...] = ()
     with tempfile.TemporaryDirectory(prefix="synth-calibrate-") as tmp:
         tell("building the benchmarks")
         lib = build(vb, Path(tmp))
-        tell("clock")
-        clock_hz = clock(lib, settings)
-        cycles = {}
-        for op in OPS:
-            tell(f"f32 {op} throughput")
-            per = THROUGHPUT_CHAINS if op in ("add", "mul", "max", "fma") else ROUTINE_CALLS
-            cycles[op] = timed(getattr(lib, f"synth_cal_{op}"), settings) * clock_hz / per
-        clock_hz = max(clock_hz, clock(lib, settings))  # again: see `clock`
-
-        def cycles_of(name: str, per: int = 1) -> float:
-            """Cycles per `per`th of one iteration of synth_cal_NAME's loop."""
-            return timed(getattr(lib, f"synth_cal_{name}"), settings) * clock_hz / per
-
-        tell("FMA, add and max latency")
-        latencies = {op: cycles_of(f"{op}_latency", LATENCY_STEPS) for op in LATENCIES}
-        tell("a fold of a vector's lanes")
-        summed, folded = (cycles_of(name) for name in FOLD_LOOPS)
-        tell("gathers")
-        gathers = cycles_of("gather", GATHERS)
-        grouped = cycles_of("gather_run", GATHERS)
-        tell("broadcasts")
-        broadcasts = cycles_of("broadcast", BROADCASTS)
-        tell("a GEMM register tile")
-        microkernel = cycles_of("microkernel")
-        cpus = usable_cpus()
-        tell("usable cores")
-        usable = usable_cores(lib, settings, cpus, cycles["fma"], clock_hz)
-        tell("a strip of rows that alias in the L1d")
-        strip = strip_cycles(lib, settings, clock_hz)
-        bandwidth, latency, sizes = memories(lib, settings, clock_hz, usable, tell)
-        tell("the L3 one core keeps")
-        kept = kept_l3(lib, settings, bandwidth["L3"] * clock_hz, sizes["L3"])
-        tell("DRAM read in short runs")
-        runs = run_cycles(lib, settings, clock_hz, usable, sizes["DRAM"])
-        tell("OpenMP region and barrier")
-        region_s = timed(lambda n: lib.synth_cal_region(n, usable), settings)
-        barrier_s = timed(lambda n: lib.synth_cal_barrier(n, usable), settings)
+        first = time.perf_counter()
+        for number in range(1, settings.passes + 1):
+            label = f"pass {number}: " if settings.passes > 1 else ""
+            one = measure_pass(lib, settings, vb, functools.partial(_labelled, tell, label))
+            combined = one if best is None else combine(best, one)
+            unsettled = () if best is None else improved(best, combined, settings.settle)
+            best = combined
+            if number >= settings.min_passes and not unsettled:
+                break
+            spent = time.perf_counter() - first
+            if time.perf_counter() - started + spent / number > settings.budget_s:
+                break  # another pass would end past the budget
+    assert best is not None  # settings.passes >= 1
     notes = []
     if load[0] >= BUSY_LOAD:
-        notes.append(f"the machine was busy (load average {load[0]:.2f}): the numbers are "
-                     f"slower than a quiet machine's; calibrate again when it is idle")
+        notes.append(f"the machine was busy (load average {load[0]:.2f}): each number is "
+                     f"the best of {best.passes} pass(es), and one that every pass measured "
+                     f"slow is slower than a quiet machine's; calibrate again when it is idle")
+    if unsettled:
+        notes.append(f"after {best.passes} passes these numbers still improved by more than "
+                     f"{settings.settle:.0%} in the last: {', '.join(unsettled)} (the machine "
+                     f"was busy); calibrate again when it is idle")
+    return replace(best, cpu=cpu_name(),
+                   when=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+                   load=(load[0], load[1], load[2]), seconds=time.perf_counter() - started,
+                   notes=tuple(notes), unsettled=unsettled)
+
+
+def _labelled(tell: Step, label: str, what: str) -> None:
+    tell(label + what)
+
+
+def measure_pass(lib: ctypes.CDLL, settings: Settings, vb: int, tell: Step) -> Calibration:
+    """One pass of every micro-benchmark (`PASS_STEPS` calls of `tell`)."""
+    tell("clock")
+    clock_hz = clock(lib, settings)
+    seconds = {}
+    for op in OPS:
+        tell(f"f32 {op} throughput")
+        per = THROUGHPUT_CHAINS if op in ("add", "mul", "max", "fma") else ROUTINE_CALLS
+        seconds[op] = timed(getattr(lib, f"synth_cal_{op}"), settings) / per
+    # again (see `clock`), and every number in cycles of the faster: a clock read slow
+    # (2x, on a busy host) made the ops' cycles as much too few
+    clock_hz = max(clock_hz, clock(lib, settings))
+    cycles = {op: value * clock_hz for op, value in seconds.items()}
+
+    def cycles_of(name: str, per: int = 1) -> float:
+        """Cycles per `per`th of one iteration of synth_cal_NAME's loop."""
+        return timed(getattr(lib, f"synth_cal_{name}"), settings) * clock_hz / per
+
+    tell("FMA, add and max latency")
+    latencies = {op: cycles_of(f"{op}_latency", LATENCY_STEPS) for op in LATENCIES}
+    tell("a fold of a vector's lanes")
+    summed, folded = (cycles_of(name) for name in FOLD_LOOPS)
+    tell("gathers")
+    gathers = cycles_of("gather", GATHERS)
+    grouped = cycles_of("gather_run", GATHERS)
+    tell("broadcasts")
+    broadcasts = cycles_of("broadcast", BROADCASTS)
+    tell("a GEMM register tile")
+    microkernel = cycles_of("microkernel")
+    cpus = usable_cpus()
+    tell("usable cores")
+    usable = usable_cores(lib, settings, cpus, cycles["fma"], clock_hz)
+    tell("a strip of rows that alias in the L1d")
+    strip = strip_cycles(lib, settings, clock_hz)
+    bandwidth, latency, sizes = memories(lib, settings, clock_hz, usable, tell)
+    tell("the L3 one core keeps")
+    l3_rate = bandwidth["L3"] * clock_hz
+    reads = l3_reads(lib, settings, l3_rate, sizes["L3"])
+    tell("DRAM read in short runs")
+    runs = run_cycles(lib, settings, clock_hz, usable, sizes["DRAM"])
+    tell("OpenMP region and barrier")
+    region_s = timed(lambda n: lib.synth_cal_region(n, usable), settings)
+    barrier_s = timed(lambda n: lib.synth_cal_barrier(n, usable), settings)
     return Calibration(
-        cpu=cpu_name(), when=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        load=(load[0], load[1], load[2]), cpus=cpus, vector_bytes=vb, clock_hz=clock_hz,
+        cpu="", when="", load=(0.0, 0.0, 0.0), cpus=cpus, vector_bytes=vb, clock_hz=clock_hz,
         cycles=cycles, latency_cycles=latencies, exp_sum_cycles=summed, exp_fold_cycles=folded,
         gather_cycles=gathers, grouped_gather_cycles=grouped, broadcast_cycles=broadcasts,
-        microkernel_cycles=microkernel,
-        strip_cycles=strip, bandwidth=bandwidth, latency=latency, run_cycles=runs, sizes=sizes,
-        l3_kept=kept,
-        region_s=region_s,
-        barrier_s=barrier_s, usable_cores=usable, seconds=time.perf_counter() - started,
-        notes=tuple(notes))
+        microkernel_cycles=microkernel, strip_cycles=strip, bandwidth=bandwidth,
+        latency=latency, run_cycles=runs, sizes=sizes,
+        l3_kept=kept_of(reads, l3_rate, sizes["L3"]), region_s=region_s, barrier_s=barrier_s,
+        usable_cores=usable, l3_reads=reads)
+
+
+# ---------------------------------------------------------------- passes
+
+# Calibration fields in cycles (fewer is better) and in bytes per cycle (more is better);
+# each a number or a mapping of them
+CYCLE_FIELDS = ("cycles", "latency_cycles", "exp_sum_cycles", "exp_fold_cycles",
+                "gather_cycles", "grouped_gather_cycles", "broadcast_cycles",
+                "microkernel_cycles", "strip_cycles", "latency", "run_cycles")
+RATE_FIELDS = ("bandwidth",)
+SECOND_FIELDS = ("region_s", "barrier_s")  # seconds (fewer is better)
+
+Number = float | Mapping[str, float]
+
+
+def _map(value: Number, f: Callable[[float], float]) -> Number:
+    return {k: f(v) for k, v in value.items()} if isinstance(value, Mapping) else f(value)
+
+
+def _zip(a: Number, b: Number, f: Callable[[float, float], float]) -> Number:
+    if isinstance(a, Mapping) and isinstance(b, Mapping):
+        return {k: f(a[k], b[k]) for k in a}
+    assert not isinstance(a, Mapping) and not isinstance(b, Mapping)
+    return f(a, b)
+
+
+def at_clock(cal: Calibration, clock_hz: float) -> Calibration:
+    """`cal`'s numbers in cycles of `clock_hz` (the same seconds and bytes per second)."""
+    ratio = clock_hz / cal.clock_hz
+    changes: dict[str, Any] = {name: _map(getattr(cal, name), lambda v: v * ratio)
+                               for name in CYCLE_FIELDS}
+    changes.update({name: _map(getattr(cal, name), lambda v: v / ratio)
+                    for name in RATE_FIELDS})
+    return replace(cal, clock_hz=clock_hz, **changes)
+
+
+def combine(a: Calibration, b: Calibration) -> Calibration:
+    """The best of two passes, number by number (another process only ever slows a
+    measurement down): the faster clock, the fewer cycles (counted at that clock) and
+    seconds, the more bytes per cycle and usable cores, and the L3 kept found again from
+    the best read of each buffer against the best L3 rate."""
+    clock_hz = max(a.clock_hz, b.clock_hz)
+    a, b = at_clock(a, clock_hz), at_clock(b, clock_hz)
+    changes: dict[str, Any] = {name: _zip(getattr(a, name), getattr(b, name), min)
+                               for name in (*CYCLE_FIELDS, *SECOND_FIELDS)}
+    changes.update({name: _zip(getattr(a, name), getattr(b, name), max)
+                    for name in RATE_FIELDS})
+    reads = {size: max(a.l3_reads.get(size, 0.0), b.l3_reads.get(size, 0.0))
+             for size in sorted({*a.l3_reads, *b.l3_reads})}
+    l3_rate = changes["bandwidth"]["L3"] * clock_hz
+    return replace(a, usable_cores=max(a.usable_cores, b.usable_cores), l3_reads=reads,
+                   l3_kept=kept_of(reads, l3_rate, a.sizes["L3"]), passes=a.passes + b.passes,
+                   seconds=a.seconds + b.seconds, **changes)
+
+
+def numbers(cal: Calibration) -> dict[str, float]:
+    """Every number a pass measures, named, each as a time (fewer is better): cycles,
+    seconds, cycles per byte, 1 / clock, 1 / usable cores, 1 / the L3 kept."""
+    found: dict[str, float] = {"clock": 1 / cal.clock_hz, "usable cores": 1 / cal.usable_cores,
+                               "the L3 kept": 1 / (cal.l3_kept or cache_sizes()["L3"])}
+    for name in (*CYCLE_FIELDS, *SECOND_FIELDS, *RATE_FIELDS):
+        value: Number = getattr(cal, name)
+        if name in RATE_FIELDS:
+            value = _map(value, lambda v: 1 / v)
+        items = value.items() if isinstance(value, Mapping) else [("", value)]
+        for key, v in items:
+            found[f"{name} {key}".strip()] = v
+    return found
+
+
+def improved(before: Calibration, after: Calibration, share: float) -> tuple[str, ...]:
+    """The numbers that moved by more than `share` from `before` to `after` (its
+    combination with another pass: an improvement, or the L3 kept found again against a
+    better L3 rate)."""
+    old, new = numbers(at_clock(before, after.clock_hz)), numbers(after)
+    old["clock"] = 1 / before.clock_hz  # the clock itself, not converted
+    return tuple(name for name, value in new.items()
+                 if old[name] > 0 and abs(old[name] - value) / old[name] > share)
 
 
 def clock(lib: ctypes.CDLL, settings: Settings) -> float:
@@ -470,17 +608,31 @@ def memories(lib: ctypes.CDLL, settings: Settings, clock_hz: float, cores: int, 
     return bandwidth, latency, sizes
 
 
-def kept_l3(lib: ctypes.CDLL, settings: Settings, l3_rate: float, l3_buffer: int
-            ) -> int | None:
-    """The largest buffer one core reads at `KEPT_SHARE` of `l3_rate` (bytes per second,
-    measured on an `l3_buffer`-byte buffer) or more: buffers growing by sqrt(2) from twice
-    `l3_buffer` while below the detected L3; None when every one of them does."""
+def l3_reads(lib: ctypes.CDLL, settings: Settings, l3_rate: float, l3_buffer: int
+             ) -> dict[int, float]:
+    """Bytes per second one core reads buffers at, growing by sqrt(2) from twice
+    `l3_buffer` (the L3 level's buffer, read at `l3_rate` bytes per second) while below
+    the detected L3, up to the first read below `KEPT_SHARE` of `l3_rate`."""
     detected = cache_sizes()["L3"]
-    kept, size = l3_buffer, 2 * l3_buffer
+    reads: dict[int, float] = {}
+    size = 2 * l3_buffer
     while size < detected:
-        if size / _bandwidth(lib, settings, size, 1) < KEPT_SHARE * l3_rate:
+        reads[size] = size / _bandwidth(lib, settings, size, 1)
+        if reads[size] < KEPT_SHARE * l3_rate:
+            break
+        size = int(size * math.sqrt(2)) // LINE * LINE
+    return reads
+
+
+def kept_of(reads: Mapping[int, float], l3_rate: float, l3_buffer: int) -> int | None:
+    """The largest buffer of `reads` (bytes -> bytes per second) before the first read
+    below `KEPT_SHARE` of `l3_rate` (`l3_buffer` when that is the first); None when none
+    is (every buffer up to the detected L3 read at its rate)."""
+    kept = l3_buffer
+    for size in sorted(reads):
+        if reads[size] < KEPT_SHARE * l3_rate:
             return kept
-        kept, size = size, int(size * math.sqrt(2)) // LINE * LINE
+        kept = size
     return None
 
 
@@ -645,7 +797,8 @@ def header(base: str, cal: Calibration, done: list[str]) -> str:
              "with the numbers below measured on this machine by synth's micro-benchmarks",
              "(synth/emit/c_runtime/calibrate.c; docs/hardware.md, \"Calibrating\").",
              "",
-             f"measured: {cal.when} in {cal.seconds:.1f} s",
+             f"measured: {cal.when} in {cal.seconds:.1f} s, {cal.passes} pass(es) of every "
+             f"micro-benchmark, each number the best of them",
              f"CPU: {cal.cpu}, {cal.cpus} CPU(s) usable by the process, "
              f"{cal.usable_cores} giving full FMA throughput at once",
              f"load average before measuring: {cal.load[0]:.2f} {cal.load[1]:.2f} "

@@ -737,12 +737,18 @@ def calibrate_command(
         with Progress(TextColumn("calibrating: {task.description}"), BarColumn(),
                       MofNCompleteColumn(), console=console, transient=True,
                       disable=not console.is_terminal) as bar:
-            task = bar.add_task("starting", total=calibrate.STEPS)
+            settings = calibrate.DEFAULT
+            counts = {"done": 0, "total": calibrate.steps(settings.min_passes)}
+            task = bar.add_task("starting", total=counts["total"])
 
             def step(what: str) -> None:
-                bar.update(task, advance=1, description=what)
+                if counts["done"] == counts["total"]:  # another pass: the numbers still move
+                    counts["total"] += calibrate.PASS_STEPS
+                counts["done"] += 1
+                bar.update(task, completed=counts["done"], total=counts["total"],
+                           description=what)
 
-            cal = calibrate.calibrate(hw, out, calibrate.DEFAULT, step)
+            cal = calibrate.calibrate(hw, out, settings, step)
         return delivered(EXIT_OK, lambda: render.print_calibration(cal, out))
 
     raise typer.Exit(guarded(action))

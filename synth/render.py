@@ -451,7 +451,8 @@ def print_calibration(cal: Calibration, out: str) -> None:
 
     console = make_console()
     table = Table(title=f"Calibrated on {cal.cpu} ({cal.when}, load average "
-                        f"{cal.load[0]:.2f}, {cal.seconds:.1f} s)",
+                        f"{cal.load[0]:.2f}, {cal.seconds:.1f} s, best of {cal.passes} "
+                        f"pass(es))",
                   box=box.SIMPLE_HEAD, title_justify="left")
     table.add_column("measured", no_wrap=True)
     table.add_column("value", justify="right", no_wrap=True)

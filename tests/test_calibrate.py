@@ -49,7 +49,7 @@ def calibrated(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Calibrat
     out = tmp_path_factory.mktemp("calibrate") / "machine.toml"
     steps: list[str] = []
     cal = calibrate.calibrate("cpu", str(out), calibrate.QUICK, steps.append)
-    assert len(steps) == calibrate.STEPS  # the progress bar's total is right
+    assert cal.passes == 1 and len(steps) == calibrate.steps(1)  # the bar's total
     return out, cal
 
 
@@ -178,23 +178,134 @@ def test_the_l3_kept_is_the_l3s_capacity(tmp_path: Path) -> None:
 def test_the_l3_kept_is_the_last_buffer_read_at_its_rate(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Buffers grow by sqrt(2) from twice the L3 buffer (8 MiB); the first read below 0.7
-    of the L3's rate ends the search at the one before it."""
+    of the L3's rate ends the search, and the one before it is kept."""
     mib = 1 << 20
     monkeypatch.setattr(calibrate, "cache_sizes", lambda: {"L1d": 48 << 10, "L2": 2 * mib,
                                                            "L3": 300 * mib})
-    seen: list[int] = []
 
     def seconds(lib: Any, settings: Any, size: int, threads: int, rate: float) -> float:
-        seen.append(size)
         return size / (rate if size <= 48 * mib else rate / 2)
 
     l3_rate = 24e9
     monkeypatch.setattr(calibrate, "_bandwidth", lambda *a: seconds(*a, rate=l3_rate))
-    kept = calibrate.kept_l3(None, calibrate.QUICK, l3_rate, 8 * mib)
-    assert seen[0] == 16 * mib and seen[-1] > 48 * mib and kept == seen[-2] <= 48 * mib
-    assert kept > 48 * mib / math.sqrt(2)
+    reads = calibrate.l3_reads(None, calibrate.QUICK, l3_rate, 8 * mib)
+    sizes = sorted(reads)
+    assert sizes[0] == 16 * mib and sizes[-1] > 48 * mib and reads[sizes[-1]] == l3_rate / 2
+    kept = calibrate.kept_of(reads, l3_rate, 8 * mib)
+    assert kept == sizes[-2] <= 48 * mib and kept > 48 * mib / math.sqrt(2)
+    assert calibrate.kept_of({}, l3_rate, 8 * mib) is None  # the detected L3 is no larger
+    assert calibrate.kept_of({16 * mib: l3_rate / 2}, l3_rate, 8 * mib) == 8 * mib
     monkeypatch.setattr(calibrate, "_bandwidth", lambda *a: seconds(*a, rate=2 * l3_rate))
-    assert calibrate.kept_l3(None, calibrate.QUICK, l3_rate, 8 * mib) is None
+    reads = calibrate.l3_reads(None, calibrate.QUICK, l3_rate, 8 * mib)
+    assert max(reads) < 300 * mib and calibrate.kept_of(reads, l3_rate, 8 * mib) is None
+
+
+# ---------------------------------------------------------------- passes
+
+MIB = 1 << 20
+
+
+def slower(cal: Calibration, by: float) -> Calibration:
+    """`cal` as a pass that ran `by` times slower throughout (the same clock)."""
+    return calibrate.replace(
+        cal, **{name: calibrate._map(getattr(cal, name), lambda v: v * by)
+                for name in (*calibrate.CYCLE_FIELDS, *calibrate.SECOND_FIELDS)},
+        bandwidth={k: v / by for k, v in cal.bandwidth.items()},
+        l3_reads={size: rate / by for size, rate in cal.l3_reads.items()})
+
+
+def measured(passes: list[Calibration], settings: calibrate.Settings,
+             monkeypatch: pytest.MonkeyPatch, pass_s: float = 1.0) -> Calibration:
+    """`calibrate.measure` with these passes in place of the micro-benchmarks, each
+    taking `pass_s` seconds of a fake clock."""
+    now = [0.0]
+    queue = list(passes)
+
+    def one_pass(lib: Any, settings: Any, vb: int, tell: Any) -> Calibration:
+        now[0] += pass_s
+        return queue.pop(0)
+
+    class Clock:
+        @staticmethod
+        def perf_counter() -> float:
+            return now[0]
+
+    monkeypatch.setattr(calibrate, "build", lambda vb, directory: None)
+    monkeypatch.setattr(calibrate, "measure_pass", one_pass)
+    monkeypatch.setattr(calibrate, "time", Clock)
+    monkeypatch.setattr(calibrate.os, "getloadavg", lambda: (0.1, 0.2, 0.3))
+    monkeypatch.setattr(calibrate, "cache_sizes", lambda: {"L1d": 48 << 10, "L2": 2 * MIB,
+                                                           "L3": 300 * MIB})
+    return calibrate.measure(load_hardware("cpu"), settings)
+
+
+def quiet_pass() -> Calibration:
+    reads = {16 * MIB: 48e9, 22 * MIB: 47e9, 32 * MIB: 20e9}  # the L3: 16 B/cycle at 3 GHz
+    return fake(l3_reads=reads, l3_kept=calibrate.kept_of(reads, 48e9, 8 * MIB))
+
+
+PASSES = calibrate.Settings(passes=5, min_passes=2, settle=0.1, budget_s=100.0)
+
+
+def test_passes_keep_each_numbers_best_until_one_improves_none(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pass slowed by another process (2x) is not the model: the next quiet pass
+    improves every number, a third improves none by more than a tenth and ends it."""
+    quiet = quiet_pass()
+    busy = replace_reads(slower(quiet, 2.0), {16 * MIB: 24e9, 22 * MIB: 10e9})
+    cal = measured([busy, quiet, slower(quiet, 1.05), quiet], PASSES, monkeypatch)
+    assert cal.passes == 3 and cal.unsettled == () and cal.notes == ()
+    assert cal.bandwidth == quiet.bandwidth and cal.cycles == quiet.cycles
+    assert cal.microkernel_cycles == quiet.microkernel_cycles and cal.region_s == quiet.region_s
+    assert busy.l3_kept == 16 * MIB and cal.l3_kept == quiet.l3_kept == 22 * MIB
+    calm = measured([quiet, slower(quiet, 1.05), quiet], PASSES, monkeypatch)
+    assert calm.passes == 2  # at least `min_passes`
+
+
+def replace_reads(cal: Calibration, reads: dict[int, float]) -> Calibration:
+    return calibrate.replace(cal, l3_reads=reads,
+                             l3_kept=calibrate.kept_of(reads, cal.bandwidth["L3"] * 3e9,
+                                                       8 * MIB))
+
+
+def test_numbers_that_never_settle_are_said(monkeypatch: pytest.MonkeyPatch,
+                                            tmp_path: Path) -> None:
+    """Every pass faster than the last by a fifth: the last pass ends it, and the model
+    warns which numbers still moved."""
+    quiet = quiet_pass()
+    passes = [slower(quiet, 1.25 ** (4 - n)) for n in range(5)]
+    cal = measured(passes, PASSES, monkeypatch)
+    assert cal.passes == 5 and "microkernel_cycles" in cal.unsettled
+    assert "bandwidth L1d" in cal.unsettled and "clock" not in cal.unsettled
+    assert cal.bandwidth == quiet.bandwidth
+    text = model_text("cpu", cal)
+    assert "# WARNING: after 5 passes these numbers still improved by more than 10%" in text
+    (tmp_path / "m.toml").write_text(text)
+    load_hardware(str(tmp_path / "m.toml"))
+
+
+def test_no_pass_starts_that_would_end_past_the_budget(monkeypatch: pytest.MonkeyPatch
+                                                       ) -> None:
+    """Passes of 10 s under a 25 s budget: two run (a third would end at 30 s)."""
+    quiet = quiet_pass()
+    settings = calibrate.Settings(passes=5, min_passes=2, settle=0.1, budget_s=25.0)
+    cal = measured([slower(quiet, 2.0), quiet, quiet], settings, monkeypatch, pass_s=10.0)
+    assert cal.passes == 2 and cal.unsettled != ()
+    assert cal.seconds == 20.0
+
+
+def test_passes_are_compared_at_one_clock() -> None:
+    """A pass whose clock read slow (interrupted) counts its loops in fewer, longer
+    cycles; combined, the faster clock's cycles count: the same seconds in seconds."""
+    quiet = fake()
+    slow_clock = calibrate.at_clock(quiet, 2.0e9)  # the same seconds, counted at 2 GHz
+    assert slow_clock.cycles["fma"] == pytest.approx(1.0)
+    assert slow_clock.bandwidth["L1d"] == pytest.approx(96.0)
+    both = calibrate.combine(slow_clock, quiet)
+    assert both.clock_hz == 3.0e9 and both.passes == 2
+    assert both.cycles["fma"] == pytest.approx(1.5)
+    assert both.bandwidth["L1d"] == pytest.approx(64.0)
+    assert calibrate.improved(slow_clock, both, 0.1) == ("clock",)
 
 
 def test_a_zero_latency_stays_zero() -> None:
