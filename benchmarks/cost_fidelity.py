@@ -24,7 +24,7 @@ time, median of at least 7 calls): with a one-core model (`count = "1"`, as `cpu
 the same code the schedule runs, and far less moved by other work on a shared machine.
 
 The model is this machine's: by default (`--hw calibrated`) the benchmark first runs
-`synth calibrate --hw cpu` (a few seconds) and prices every schedule with the model it
+`synth calibrate --hw cpu` (15-50 s) and prices every schedule with the model it
 writes, as a user would (`synth calibrate`, then `--hw FILE.toml`). The built-in `cpu`
 model's numbers were measured on one development machine (an Intel Xeon); the machines
 differ between sessions (an AMD EPYC, Zen 5, on 2026-11-26), and the clock, the
@@ -357,7 +357,8 @@ def calibrated(directory: Path, log: Any, one_thread: bool = False) -> str:
             cal = pool.apply(_calibrate, (str(out),))
     else:
         cal = _calibrate(str(out))
-    print(f"calibrated {cal.cpu} in {cal.seconds:.1f} s (load average {cal.load[0]:.2f}): "
+    print(f"calibrated {cal.cpu} in {cal.seconds:.1f} s, {cal.passes} passes (load average "
+          f"{cal.load[0]:.2f}): "
           f"clock {cal.clock_hz / 1e9:.2f} GHz, exp {cal.cycles['exp']:.1f} cycles/vector, "
           f"FMA latency {cal.latency_cycles['fma']:.1f}, add {cal.latency_cycles['add']:.1f}, "
           f"fold {cal.fold_cycles:.1f} (shuffle {shuffle_cycles(cal):.2f}), gather "
