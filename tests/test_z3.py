@@ -58,8 +58,8 @@ def test_z3_agrees_with_cpsat_and_brute_force(case: Case) -> None:
 # (halving these halves z3's work or better, and the upmem optima still spread over DPUs,
 # ranks and tasklets; mv and attention on upmem split a reduction, red on upmem pads)
 SMALL_SIZES = {
-    "softmax": {"N": 4096},
-    "va": {"N": 1000},
+    "softmax": {"N": 1024},
+    "va": {"N": 500},
     "red": {"N": 509},  # a prime: only padded tilings split it
     "mv": {"M": 16, "N": 32},
     "matmul": {"M": 16, "N": 8, "K": 32},
