@@ -123,7 +123,9 @@ def test_emit_mlir_keeps_an_online_pass_in_one_dpu(tmp_path: Path) -> None:
     before solving, by the group online.split with its reason."""
     args = ["solve", "attention", "--hw", "upmem", "--set", "S=64", "--set", "D=16",
             "--fix", "online.s_m_p_l_o=1", "--fix", "D.s_m_p_l_o.j=2", "--emit", "mlir",
-            "--out", str(tmp_path), "--no-validate"]
+            "--out", str(tmp_path), "--no-validate",
+            # few units: the refusal is the same, its explanation's checks are cheaper
+            *(arg for unit in SMALL_UPMEM for arg in ("--hw-set", unit))]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 1, result.output
     assert "runs in one dpu unit (--emit mlir: that emitter does not merge" in result.output
