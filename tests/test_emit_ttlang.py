@@ -132,9 +132,24 @@ def test_an_accumulator_over_a_loop_with_one_block_deadlocks(tmp_path: Path) -> 
     assert "deadlock" in broken.log and "C_l1_acc_dfb" in broken.log
 
 
-def test_a_copy_of_the_wrong_tile_count_and_a_wrong_result_are_caught(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def emitted_matmul(tmp_path_factory: pytest.TempPathFactory) -> tuple[pipeline.Outcome, Path]:
+    """`F32_MATMUL` solved, emitted and checked once for the tests that break a copy of
+    its output directory."""
+    base = tmp_path_factory.mktemp("matmul")
+    out = base / "out"
+    return _emit(str(f32_matmul(base)), {}, out), out
+
+
+def copy_of(emitted: tuple[pipeline.Outcome, Path], tmp_path: Path) -> Path:
     out = tmp_path / "out"
-    _emit(str(f32_matmul(tmp_path)), {}, out)
+    shutil.copytree(emitted[1], out)
+    return out
+
+
+def test_a_copy_of_the_wrong_tile_count_and_a_wrong_result_are_caught(
+        emitted_matmul: tuple[pipeline.Outcome, Path], tmp_path: Path) -> None:
+    out = copy_of(emitted_matmul, tmp_path)
     good = (out / "program.py").read_text()
     first = good.index("ttl.copy(A[")
     end = good.index(", blk)", first)
@@ -154,12 +169,13 @@ def test_a_copy_of_the_wrong_tile_count_and_a_wrong_result_are_caught(tmp_path: 
 
 
 def test_buffers_other_than_the_schedules_fail_the_check(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        emitted_matmul: tuple[pipeline.Outcome, Path], tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
     """program.py's dataflow buffers (count, and bytes: tiles x tile bytes x block_count)
     are compared with the schedule's per operation: one more block is caught, as is a
     schedule whose numbers differ (exit 4 from the CLI); JSON has both per operation."""
-    out = tmp_path / "out"
-    outcome = _emit(str(f32_matmul(tmp_path)), {}, out)
+    outcome = emitted_matmul[0]
+    out = copy_of(emitted_matmul, tmp_path)
     check = outcome.emitted.check if outcome.emitted else None
     assert isinstance(check, TtlangCheck) and check.passed
     [(mine, theirs)] = check.buffers.values()
@@ -235,7 +251,11 @@ def test_json_keys_and_exit_codes(tmp_path: Path) -> None:
 
 def test_the_emitted_program_is_readable_and_named_after_the_tensors(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    _emit("fa6", {"S": 64, "D": 32}, out)
+    # not simulated here: test_json_keys_and_exit_codes simulates this program (the
+    # same request from the command line) and finds it passes
+    outcome = pipeline.run(pipeline.Request("fa6", "wormhole", {"S": 64, "D": 32},
+                                            emit="ttlang", out_dir=str(out), validate=False))
+    assert outcome.emitted is not None
     source = (out / "program.py").read_text()
     assert "@ttl.operation(grid=(" in source and "def op_kt_s_u_p_r_O(" in source
     for name in ("Q_l1_dfb", "K_l1_dfb", "Bias_l1_dfb", "ttl.block.transpose(K_l1)",
