@@ -6,6 +6,7 @@ limits far from any case here), never from the wall clock."""
 
 from __future__ import annotations
 
+import functools
 from concurrent.futures import Future
 from concurrent.futures.process import BrokenProcessPool
 
@@ -80,12 +81,19 @@ def test_partition_gives_the_optimum_the_covers_give(workload: str, hw: str,
     assert ("candidates" in parts.stats) == bool(fused)  # the partition path ran
 
 
+@functools.cache
+def transformer(hw: str) -> tuple[ConstraintSet, SolveResult]:
+    """The transformer block at its REDUCED sizes on `hw`, and its optimum (CP-SAT in this
+    process, with conftest's limits): solved once for the tests below."""
+    cset = model_of("transformer", hw, REDUCED["transformer"]).constraints
+    return cset, solve(cset)
+
+
 def test_transformer_uses_the_partition_and_proves_its_optimum() -> None:
-    model = model_of("transformer", "cpu", REDUCED["transformer"])
-    names = [n for n in model.constraints.decisions if is_fusion_decision(n)]  # and online.*
-    covers = decompose._exact_covers(model.constraints, names, decompose.MAX_COVERS)
+    cset, result = transformer("cpu")
+    names = [n for n in cset.decisions if is_fusion_decision(n)]  # and online.*
+    covers = decompose._exact_covers(cset, names, decompose.MAX_COVERS)
     assert len(covers) > decompose.MAX_COVERS  # too many to enumerate
-    result = solve(model.constraints)
     assert result.status is Status.OPTIMAL
     assert result.stats["candidates"] == result.stats["candidates_solved"] == len(names)
 
@@ -110,8 +118,7 @@ def test_candidates_in_worker_processes_give_the_same_schedule(
         hw: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """`--jobs 3`: the candidates solved side by side by three worker processes get the same
     cutoffs, so the same results and the same schedule as one after the other."""
-    cset = model_of("transformer", hw, REDUCED["transformer"]).constraints
-    alone = cpsat.solve(cset, conftest.WALL_S, work_limit_s=conftest.WORK_S)
+    cset, alone = transformer(hw)  # cpsat.solve(cset, WALL_S, work_limit_s=WORK_S)
     submitted = []
     elsewhere = cpsat._Workers.elsewhere
 
