@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from conftest import ROW_SUM, solve
+from conftest import F32_MATMUL, ROW_SUM, solve
 
 from synth.constraints import cost
 from synth.constraints import expr as ex
@@ -104,17 +104,19 @@ vs[s] += xc[s, d] * xc[s, d]
 """
 
 
-def kernel_transfer(text: str, tensor: str, fixes: tuple[str, ...]) -> int:
-    """The L2 -> L1 moves of `tensor` at the optimum under `fixes` (one kernel)."""
+def kernel_transfer(text: str, tensor: str, fixes: tuple[str, ...],
+                    hw_set: tuple[str, ...] = (), kernel_name: str | None = None) -> int:
+    """The L2 -> L1 moves of `tensor` at the optimum under `fixes` (of the one kernel, or
+    of `kernel_name`)."""
     from synth.constraints import combines, cost, intrinsic
 
     workload = parse_workload(text, "<test>", "w")
-    model = encode(workload, load_hardware("cpu"), fixes=fixes)
+    model = encode(workload, load_hardware("cpu", hw_set), fixes=fixes)
     result = solve(model.constraints)
     assert result.status is Status.OPTIMAL and result.env is not None, result.status
     env = dict(result.env)
     domains = dict(model.factors.domains)
-    [kernel] = model.selected(env)
+    [kernel] = [k for k in model.selected(env) if kernel_name in (None, k.name)]
     kt = intrinsic.with_pack_choice(cost.with_buffer_choices(combines.with_combine_choices(
         cost.KernelTerms(kernel, model.factors, model.hw), domains), domains), domains)
     [(slot, l1)] = [(i, m) for i, m in cost._memory_slots(kt) if m.name == "l1"]
@@ -237,3 +239,25 @@ def test_a_tile_as_wide_as_its_register_tiles_costs_an_aliased_line_per_row() ->
     wide = ("P=1", "V.y.i=4", "V.y.j=32", "Q.y.i=16", "Q.y.j=1")
     assert scale_objective(1024, (), wide) > 2 * scale_objective(1024, NO_STRIPS, wide)
     assert scale_objective(1024, (), wide) < 0.7 * scale_objective(1024, (), narrow)
+
+
+def test_wide_rows_that_alias_come_back_at_every_step_inside_the_tile() -> None:
+    """C's L1 tile [32 x 256] (rows 16 lines wide), reloaded and stored by [8 x 16]
+    register tiles at every step of k (the loop over k outside theirs). With rows 2 KiB
+    apart (N = 512) only 24 of its 32 rows stay in the 12-way L1, and the walk down its
+    rows evicts each line before the next step comes back to it: every register tile
+    brings its lines from the L2 again, 128 times, where the tile priced as kept moves in
+    once (cost_fidelity's matmul-512 sample with this C tile ran 13.4 ms, priced 5.6:
+    RESULTS.md, "Wide rows that alias"). With rows 2080 bytes apart the rows stay;
+    without the aliasing prices the tile is kept, as before."""
+    tiles = ("fuse.C#1=1", "fuse.C#2=1", "P=1", "V.C#2.m=8", "V.C#2.n=16", "V.C#2.k=1",
+             "Q.C#2.m=4", "Q.C#2.n=16", "Q.C#2.k=1", "L.C#2.k=128")
+    l1 = ("l1.capacity=48KiB", "l1.ways=12")
+
+    def moves(columns: int, hw_set: tuple[str, ...]) -> int:
+        gemm = F32_MATMUL.replace("size N = 64", f"size N = {columns}")
+        return kernel_transfer(gemm, "C", tiles, (*l1, *hw_set), "C#2")
+
+    aliasing, kept = moves(512, ()), moves(512, NO_STRIPS)
+    assert aliasing > 64 * kept > 0
+    assert moves(520, ()) == moves(520, NO_STRIPS) < 2 * kept

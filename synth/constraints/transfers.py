@@ -271,7 +271,12 @@ def strip_moves(kt: KernelTerms, use: TensorUse, mem: Memory, slot: int, inner: 
     A tile whose rows are a few lines wide (at most `SHORT_ROW_LINES`) walked by register
     tiles narrower than its rows: each visit of its rows costs a row's price, shared by
     the register tiles along the row (each pays 1 / f of it; no less than streamed).
-    Wider rows are streamed.
+    Wider rows are streamed: not kept either, each register tile's lines come back from
+    the parent at this memory's own rate (as `normal` prices them at the inner slot, no
+    less than `normal`). (The f32 matmul 512^3 with C's L1 tile [32 x 256], rows 2 KiB
+    apart and 16 lines wide, reloaded and stored by [8 x 16] register tiles at every step
+    of k, ran 13.4 ms, priced 5.6 as a tile kept in the L1, 7.7 so: RESULTS.md, "Wide rows
+    that alias".)
     (Measured on AMD Zen 5, blocks of 32 rows 4 KiB apart read and written twice, by 8 x
     1-line tiles: 37, 52, 64, 55, 50 and 49 cycles a row at 1 to 6 lines a row, 30 at 7,
     24 at 8; 3 cycles a line with rows 4160 bytes apart. Attention S=1024's QK^T with
@@ -300,7 +305,9 @@ def strip_moves(kt: KernelTerms, use: TensorUse, mem: Memory, slot: int, inner: 
     # rows of a few lines, walked by register tiles narrower than them: each visit of
     # the tile's rows costs a row's price, shared by the register tiles along the row
     short = ex.Cmp(ex.mul(itemsize, kt.tile(last, slot)), "<=", ex.const(SHORT_ROW_LINES * line))
-    shared = ex.select(short, ex.maximum(normal, ex.ceil_div(strip, kt.f(last, slot))), normal)
+    streamed = ex.maximum(normal, tensor_transfer_cost(kt, use, mem, inner, itemsize))
+    shared = ex.select(short, ex.maximum(normal, ex.ceil_div(strip, kt.f(last, slot))),
+                       streamed)
     return ex.select(many, ex.select(visits, strip, shared), normal)
 
 
