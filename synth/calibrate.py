@@ -358,6 +358,12 @@ def measure(hw: Hardware, settings: Settings = Settings(), step: Step | None = N
         notes.append(f"the machine was busy (load average {load[0]:.2f}): each number is "
                      f"the best of {best.passes} pass(es), and one that every pass measured "
                      f"slow is slower than a quiet machine's; calibrate again when it is idle")
+    machine = os.cpu_count() or best.cpus
+    if best.cpus < machine:
+        notes.append(f"this process may run on {best.cpus} of the machine's {machine} CPUs "
+                     f"(taskset, a container's limit): the model gives its schedules "
+                     f"{best.usable_cores} core(s); calibrate without the limit for "
+                     f"schedules that use every core")
     if unsettled:
         notes.append(f"after {best.passes} passes these numbers still improved by more than "
                      f"{settings.settle:.0%} in the last: {', '.join(unsettled)} (the machine "
