@@ -6,6 +6,10 @@
   SDK, a Makefile, and the data to check them; `check_upmem` runs `make check`, which
   builds them against the host-side stand-in for the UPMEM runtime in `upmem_runtime/`
   and compares the outputs with the reference.
+- `c`: C11 with OpenMP for this machine's cores (`c_check` builds, checks and times it).
+- `mlir`: upstream MLIR, verified and run through torch-mlir's tools (`mlir_check`).
+- `ttlang`: tt-lang kernels for Tenstorrent, run on its functional simulator
+  (`ttlang_check`).
 
-The MLIR and C-with-OpenMP emitters are still to come (issue 5).
+`targets` is the one table of them (name -> emit, check, JSON).
 """

@@ -69,7 +69,7 @@ from pathlib import Path
 
 import numpy as np
 
-from synth.emit.c_check import ALIGN, WORKLOAD_FILE, padded
+from synth.emit.c_check import ALIGN, LIBRARY, WORKLOAD_FILE, padded
 from synth.emit.c_pack import Pack, PackWriter, plan_packs
 from synth.emit.c_parallel import one_region, parallel_units, unread_tensors
 from synth.emit.cstyle import ATOM, Code, CStyle, EmitError, Names, Typed, statement_text
@@ -124,7 +124,6 @@ CFLAGS = ("-O3", "-march=native", "-fopenmp", "-fno-math-errno", "-fwrapv", "-st
           "-fno-schedule-insns2", "-fno-loop-interchange", "-fno-loop-unroll-and-jam",
           "-fPIC", "-shared")
 HEADER = "synth_vec.h"
-LIBRARY = "libsynth.so"
 INDEX = "int64_t"  # loop counters and offsets
 # the dtypes with vector arithmetic in synth_vec.h: dtype -> (suffix, C type)
 VECTOR_TYPES: Mapping[DType, tuple[str, str]] = {DType.F32: ("f32", "float"),

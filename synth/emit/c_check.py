@@ -53,6 +53,9 @@ ONE_THREAD_ENV = {"OMP_THREAD_LIMIT": "1", "OMP_NUM_THREADS": "1",
                   "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 TIMING_BUDGET_S = 0.5  # per side: repeat a short call until about this much was spent
 WORKLOAD_FILE = "workload.pkl"
+# what the emitted Makefile builds; here, not in `synth.emit.c`, so that the checking child
+# does not import the emitter (0.6 s of the transformer's 2.6 s check)
+LIBRARY = "libsynth.so"
 ALIGN = 64  # bytes: a cache line and an AVX-512 vector; every tensor handed to the C starts on one
 
 
@@ -176,7 +179,6 @@ def median_time(fn: Callable[[], object], warm_up: bool = True,
 def run_child(out: Path, time_runs: bool, time_numpy: bool = True, quick: bool = False,
               one_thread: bool = False) -> dict[str, Any]:
     from synth import numpy_eval
-    from synth.emit.c import LIBRARY
     from synth.reference import compare
 
     built, log = build(out)
