@@ -495,8 +495,18 @@ def numbers(cal: Calibration) -> dict[str, float]:
             value = _map(value, lambda v: 1 / v)
         items = value.items() if isinstance(value, Mapping) else [("", value)]
         for key, v in items:
-            found[f"{name} {key}".strip()] = v
+            found[LABELS[name].format(key)] = v
     return found
+
+
+# how the warning names each number (`numbers`; {} is the op, the level or the way)
+LABELS = {"cycles": "f32 {} throughput", "latency_cycles": "f32 {} latency",
+          "exp_sum_cycles": "exps summed", "exp_fold_cycles": "exps folded",
+          "gather_cycles": "a gather", "grouped_gather_cycles": "gathers back to back",
+          "broadcast_cycles": "a broadcasting load", "microkernel_cycles": "the GEMM tile loop",
+          "strip_cycles": "an aliasing strip ({})", "latency": "{} latency",
+          "run_cycles": "DRAM read in short runs", "region_s": "an OpenMP region",
+          "barrier_s": "an OpenMP barrier", "bandwidth": "{} read bandwidth"}
 
 
 def improved(before: Calibration, after: Calibration, share: float) -> tuple[str, ...]:
