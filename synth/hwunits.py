@@ -19,9 +19,14 @@ from pathlib import Path
 
 from synth.limits import MAX_QUANTITY, MAX_SIZE, to_int
 
+# The directory that stands for `/` where the machine is read: `SYNTH_FSROOT`, as hwloc's
+# HWLOC_FSROOT, describes another machine (a copy of its /proc/cpuinfo and sysfs cache
+# tree); the test suite sets it so that every test, and every process a test starts, sees
+# the same CPU on any machine (tests/conftest.py).
+FSROOT = Path(os.environ.get("SYNTH_FSROOT") or "/")
 # Where Linux describes the caches of the first CPU; read by `detect_cache_size`. A module
 # attribute (not a default argument) so tests can point it at a fake tree.
-CACHE_DIR = Path("/sys/devices/system/cpu/cpu0/cache")
+CACHE_DIR = FSROOT / "sys/devices/system/cpu/cpu0/cache"
 
 # `detect = ...` values: the cache level and the sysfs `type` values that count as a match.
 DETECT_KINDS: dict[str, tuple[int, frozenset[str]]] = {
@@ -201,7 +206,7 @@ def _parse_sysfs_size(text: str) -> int:
 
 # Where Linux lists the CPU's instruction-set flags; read by `vector_isa`. A module attribute
 # so tests can point it at a fake file.
-CPUINFO = Path("/proc/cpuinfo")
+CPUINFO = FSROOT / "proc/cpuinfo"
 # (flag, vector registers, bytes per vector register), widest first
 _VECTOR_ISAS = (("avx512f", 32, 64), ("avx", 16, 32))
 _BASELINE_ISA = (16, 16)  # x86-64's SSE2 (and a safe guess elsewhere): 16 x 16 bytes

@@ -8,17 +8,22 @@ per session and shared between tests.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import importlib
+import os
+import shutil
 import sys
-from collections.abc import Callable, Mapping, Sequence
+import tempfile
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
+from synth import hwunits
 from synth.constraints import cpsat
 from synth.constraints import expr as ex
 from synth.constraints.cost import Model
@@ -37,6 +42,79 @@ from synth.pipeline import encode
 from synth.workload import Workload
 
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+
+
+# ---------------------------------------------------------------- the machine the tests see
+
+
+@dataclass(frozen=True)
+class FakeMachine:
+    """What the `cpu` model reads off the running machine (`synth.hwunits`): the CPU's
+    flags (/proc/cpuinfo) and its caches (sysfs: level, type, size, ways)."""
+
+    flags: str
+    caches: tuple[tuple[int, str, str, int], ...]
+
+    def write(self, root: Path) -> tuple[Path, Path]:
+        """The fake /proc/cpuinfo and cpu0/cache directory under `root`, which stands for
+        `/` (`SYNTH_FSROOT`)."""
+        cpuinfo = root / "proc" / "cpuinfo"
+        cpuinfo.parent.mkdir(parents=True, exist_ok=True)
+        cpuinfo.write_text(f"processor\t: 0\nflags\t\t: {self.flags}\n")
+        cache = root / "sys" / "devices" / "system" / "cpu" / "cpu0" / "cache"
+        for index, (level, kind, size, ways) in enumerate(self.caches):
+            entry = cache / f"index{index}"
+            entry.mkdir(parents=True, exist_ok=True)
+            for name, value in (("level", level), ("type", kind), ("size", size),
+                                ("ways_of_associativity", ways)):
+                (entry / name).write_text(f"{value}\n")
+        return cpuinfo, cache
+
+
+# The development machine the cpu tests' numbers were worked out on (docs/hardware-facts.md):
+# an Intel Xeon with AVX-512, L1d 48 KiB 12-way, L2 2 MiB, L3 480 MiB
+XEON = FakeMachine("fpu sse2 avx avx2 fma avx512f",
+                   ((1, "Data", "48K", 12), (1, "Instruction", "32K", 8),
+                    (2, "Unified", "2048K", 16), (3, "Unified", "491520K", 15)))
+# another seen here: an AMD EPYC (Zen 3) with AVX2, L1d 32 KiB 8-way, L2 512 KiB, L3 32 MiB
+ZEN3 = FakeMachine("fpu sse2 avx avx2 fma",
+                   ((1, "Data", "32K", 8), (1, "Instruction", "32K", 8),
+                    (2, "Unified", "512K", 8), (3, "Unified", "32768K", 16)))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Every test sees the same CPU, whatever machine runs the suite: the `cpu` model's
+    caches and vector width are the development Xeon's (`XEON`), not this machine's, in
+    this process and in every process it starts (`SYNTH_FSROOT`). The emitted C still runs
+    here (`synth_vec.h` falls back to generic vectors where the machine lacks the ISA). A
+    test that wants another machine uses `on_machine`; one that measures this machine,
+    `the_real_machine`."""
+    root = Path(tempfile.mkdtemp(prefix="synth-tests-machine-"))
+    config.add_cleanup(lambda: shutil.rmtree(root, ignore_errors=True))
+    hwunits.CPUINFO, hwunits.CACHE_DIR = XEON.write(root)
+    os.environ["SYNTH_FSROOT"] = str(root)
+
+
+@pytest.fixture
+def on_machine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[[FakeMachine], None]:
+    """`on_machine(ZEN3)`: the `cpu` model reads that machine for the rest of the test (in
+    this process)."""
+    def use(machine: FakeMachine) -> None:
+        cpuinfo, cache = machine.write(tmp_path / "machine")
+        monkeypatch.setattr(hwunits, "CPUINFO", cpuinfo)
+        monkeypatch.setattr(hwunits, "CACHE_DIR", cache)
+    return use
+
+
+@contextlib.contextmanager
+def the_real_machine() -> Iterator[None]:
+    """Within it, the `cpu` model reads the machine running the suite, as outside it: for
+    tests that measure this machine (`synth calibrate`)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.delenv("SYNTH_FSROOT", raising=False)
+        patch.setattr(hwunits, "CPUINFO", Path("/proc/cpuinfo"))
+        patch.setattr(hwunits, "CACHE_DIR", Path("/sys/devices/system/cpu/cpu0/cache"))
+        yield
 
 
 def benchmark_module(name: str) -> ModuleType:

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import math
 import tomllib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import the_real_machine
 from typer.testing import CliRunner
 
 from synth import calibrate
@@ -42,6 +44,13 @@ def fake(**changes: Any) -> Calibration:
         l3_kept=None, region_s=1e-6, barrier_s=2e-7, usable_cores=2)
     values.update(changes)
     return Calibration(**values)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def this_machine() -> Iterator[None]:
+    """Calibration measures the machine running the tests: its model reads it too."""
+    with the_real_machine():
+        yield
 
 
 @pytest.fixture(scope="module")

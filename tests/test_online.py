@@ -8,24 +8,28 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import TWO_CORES, Case, forced
+from conftest import TWO_CORES, ZEN3, Case, FakeMachine, forced, solve
 from typer.testing import CliRunner
 
 from synth.cli import app
 from synth.constraints.fusion import candidate_groups, illegal_reason
+from synth.constraints.result import Status
 from synth.constraints.space import candidate_kernels
 from synth.emit.c import emit_c
 from synth.emit.c_check import check_c
+from synth.hwfile import load_hardware
 from synth.ir.interpret import interpret
 from synth.ir.nodes import Alloc, Compute, Rescale, walk
 from synth.ir.printer import print_program
 from synth.ir.prove import prove
 from synth.ir.verify import verify
 from synth.lang import load_workload, parse_workload
+from synth.pipeline import encode
 from synth.reference import evaluate, evaluate_errors, make_inputs
 
 ATTENTION = Case.of("attention", "cpu", {"S": 64, "D": 16}, TWO_CORES)
@@ -163,6 +167,20 @@ def test_a_blocked_step_with_qk_runs_in_vectors_and_matches_where_exp_overflows(
     assert re.search(r"vf32 y0_ = vload_kept_f32\(", source)
     check = check_c(tmp_path, time_runs=False)
     assert check.passed, check.log[-3000:]
+
+
+def test_an_online_pass_shorter_than_a_vector_on_avx2_has_a_schedule(
+        on_machine: Callable[[FakeMachine], None]) -> None:
+    """mha's pass over S = 6 keys on an AVX2 machine (8 lanes): the only whole vector,
+    8, is longer than the pass, so the step's block keeps every candidate (a scalar
+    block; `space.whole_vectors`). Keeping only the 8 left the pass no padded extent,
+    and the solve crashed on an empty domain."""
+    on_machine(ZEN3)
+    model = encode(load_workload("mha", {"B": 2, "H": 2, "S": 6, "E": 4}),
+                   load_hardware("cpu", TWO_CORES))
+    assert model.hw.compute.lanes["f32"] == 8
+    assert all(values for values in model.constraints.decisions.values())
+    assert solve(model.constraints).status is Status.OPTIMAL
 
 
 def test_the_cpu_model_blocks_the_rows_of_an_online_step() -> None:

@@ -360,7 +360,7 @@ def build_factors(kernels: Sequence[KernelSpec], hw: Hardware, slots: tuple[Slot
             values[innermost] = whole_vector_candidates(kernel, dim, hw, values[innermost],
                                                         extent)
             for index in _online_candidates(kernel, dim, slots, values,
-                                            vector_width(kernel, hw),
+                                            vector_width(kernel, hw), extent,
                                             _merging_slots(slots, hw)):
                 pinned[var_name(slots[index].symbol, kernel.name, dim)] = (
                     unsplit_reason(kernel, slots[index].name))
@@ -396,15 +396,15 @@ def _merging_slots(slots: tuple[Slot, ...], hw: Hardware) -> frozenset[int]:
 
 
 def _online_candidates(kernel: KernelSpec, dim: str, slots: tuple[Slot, ...],
-                       values: dict[int, tuple[int, ...]], width: int,
+                       values: dict[int, tuple[int, ...]], width: int, extent: int,
                        merging: frozenset[int] = frozenset()) -> list[int]:
     """An online kernel's inner dimensions have no loops (whole in the compute tile) and
     its pass is split only across units that merge their running statistics on the
     device or hand them to the host's merge (`merging`, `online_terms.split_constraints`):
     the other factors are 1 from the start (the group `online` states the rest), which
     keeps its space small. On a CPU (`width`: lanes of a vector register) a step's block
-    of the pass is whole vectors where it can be: the maximum, exponentials and row sums
-    run in vectors along it (`online.step_vector`)."""
+    of the pass is whole vectors within the pass's `extent` where it can be: the maximum,
+    exponentials and row sums run in vectors along it (`online.step_vector`)."""
     plan = kernel.online
     if plan is None:
         return []
@@ -419,9 +419,8 @@ def _online_candidates(kernel: KernelSpec, dim: str, slots: tuple[Slot, ...],
             values[index] = (1,)
         if whole:
             unsplit.append(index)
-    if dim == plan.dim and width > 1:
-        values[innermost] = tuple(v for v in values[innermost] if v % width == 0) \
-            or values[innermost]
+    if dim == plan.dim:
+        values[innermost] = whole_vectors(values[innermost], width, extent)
     return unsplit
 
 
@@ -465,11 +464,18 @@ def whole_vector_candidates(kernel: KernelSpec, dim: str, hw: Hardware,
     BLIS's micro-kernels. A tile of scalars is never faster where vectors fit, and the
     choice made here keeps the cost model free of a vectorised-or-not case split. A
     dimension too short for one vector keeps its candidates (and runs scalar)."""
-    width = vector_width(kernel, hw)
-    if width <= 1 or dim != kernel.vector:
+    if dim != kernel.vector:
         return values
-    whole = tuple(v for v in values if v % width == 0 and v <= extent)
-    return whole or values
+    return whole_vectors(values, vector_width(kernel, hw), extent)
+
+
+def whole_vectors(values: tuple[int, ...], width: int, extent: int) -> tuple[int, ...]:
+    """The candidates that are whole vectors of `width` lanes within the `extent` (a
+    larger one would leave no padded extent it divides: `padded_extents`); all of them
+    when none is (the dimension is shorter than a vector, or scalar)."""
+    if width <= 1:
+        return values
+    return tuple(v for v in values if v % width == 0 and v <= extent) or values
 
 
 def _variable(domains: dict[str, tuple[int, ...]], name: str,
