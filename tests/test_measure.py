@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import benchmark_module
+from conftest import TWO_CORES, Case, benchmark_module, forced
 from typer.testing import CliRunner
 
 import synth.constraints.cpsat
@@ -26,6 +26,8 @@ from synth.cli import app
 from synth.constraints import expr as ex
 from synth.constraints.result import Status
 from synth.constraints.space import is_fusion_decision
+from synth.emit.c import translation_units
+from synth.emit.c_check import check_c
 from synth.measure import Timing, exclusion, next_best, ranks, relevant, spearman
 from synth.pipeline import Outcome, Request, run
 
@@ -315,3 +317,29 @@ def test_quick_timing_counts(monkeypatch: pytest.MonkeyPatch) -> None:
     calls.clear()
     c_check.median_time(lambda: calls.append(1))
     assert len(calls) == 1 + c_check.MIN_RUNS
+
+
+TWO_KERNELS = ("size N = 4096\nin x : f32[N]\nout y : f32[N]\nout z : f32[N]\n"
+               "y[i] = x[i] * 2.0\nz[i] = x[i] + 1.0\n")
+
+
+def test_schedules_that_share_a_kernel_compile_it_once(tmp_path: Path) -> None:
+    """`build_all` builds each schedule from a file per kernel: the kernel two schedules
+    share is compiled once, and each library passes the check as kernels.c's would."""
+    case = Case.of("two", "cpu", {}, TWO_CORES, text=TWO_KERNELS)
+    built, first = forced(case, "fuse.y=1", "fuse.z=1", "V.z.i=16")
+    _, second = forced(case, "fuse.y=1", "fuse.z=1", "V.z.i=64")
+    assert [k.name for k in first.kernels] == [k.name for k in second.kernels] == ["y", "z"]
+    units = [translation_units(p, built.workload, built.hw) for p in (first, second)]
+    assert units[0]["kernel0.c"] == units[1]["kernel0.c"]  # kernel y: the same schedule
+    assert units[0]["kernel1.c"] != units[1]["kernel1.c"]
+    dirs = [tmp_path / "a", tmp_path / "b"]
+    measure.build_all(list(zip((first, second), dirs, strict=True)), built.workload,
+                      built.hw, measure.reference_data(built.workload), tmp_path / "objects")
+    # y's file once, z's two, the driver's once (it calls the same kernels)
+    assert len(list((tmp_path / "objects").glob("*.o"))) == 4
+    for out in dirs:
+        built_at = (out / "libsynth.so").stat().st_mtime_ns
+        check = check_c(out, time_runs=False)
+        assert check.passed, check.log[-2000:]
+        assert (out / "libsynth.so").stat().st_mtime_ns == built_at  # make found it built
