@@ -299,7 +299,7 @@ def measured_table(measured: Measured) -> Table:
 
 
 def measured_line(measured: Measured) -> str:
-    rho = "n/a" if measured.spearman is None else f"{measured.spearman:.2f}"
+    rho = spearman_text(measured)
     line = (f"Spearman (modelled vs measured, {len(measured.schedules)} schedules): {rho}; ")
     if measured.chosen is None:
         line += "no schedule ran; the model's optimum is kept"
@@ -316,6 +316,20 @@ def measured_line(measured: Measured) -> str:
         line += f"; FAILED the check: rank {', '.join(failed)}"
     busy = " (wall-clock times: the machine was busy)" if measured.load >= 0.5 else ""
     return line + f"; {measured.seconds:.1f} s, load average {measured.load:.2f}{busy}"
+
+
+def spearman_text(measured: Measured) -> str:
+    """The rank correlation, or why there is none: fewer than two schedules ran, or
+    every one was priced the same (the next best often tie with the optimum: the
+    transformer's 8 on Zen 3) or ran in the same time."""
+    if measured.spearman is not None:
+        return f"{measured.spearman:.2f}"
+    ran = [s for s in measured.schedules if s.measured_s is not None]
+    if len(ran) < 2:
+        return "n/a (fewer than two ran)"
+    if len({s.modelled_ps for s in ran}) == 1:
+        return "n/a (the model prices them all the same)"
+    return "n/a (they all ran in the same time)"
 
 
 def print_json(outcome: Outcome, total_s: float) -> None:

@@ -28,8 +28,9 @@ from synth.constraints.result import Status
 from synth.constraints.space import is_fusion_decision
 from synth.emit.c import translation_units
 from synth.emit.c_check import check_c
-from synth.measure import Timing, exclusion, next_best, ranks, relevant, spearman
+from synth.measure import Measured, Timing, exclusion, next_best, ranks, relevant, spearman
 from synth.pipeline import Outcome, Request, run
+from synth.render import measured_line, spearman_text
 
 SOFTMAX = {"N": 4096}
 
@@ -343,3 +344,21 @@ def test_schedules_that_share_a_kernel_compile_it_once(tmp_path: Path) -> None:
         check = check_c(out, time_runs=False)
         assert check.passed, check.log[-2000:]
         assert (out / "libsynth.so").stat().st_mtime_ns == built_at  # make found it built
+
+
+def test_a_missing_spearman_says_why() -> None:
+    def schedules(*pairs: tuple[int, float | None]) -> Measured:
+        rows = tuple(measure.MeasuredSchedule(rank, "next best", modelled, seconds,
+                                              seconds is not None, {}, {})
+                     for rank, (modelled, seconds) in enumerate(pairs, 1))
+        ran = [(s.modelled_s, s.measured_s) for s in rows if s.measured_s is not None]
+        rho = spearman([m for m, _ in ran], [t or 0.0 for _, t in ran])
+        return Measured(rows, rho, 1, 1.0, len(rows))
+
+    assert spearman_text(schedules((1, 1.0), (2, 2.0), (3, 3.0))) == "1.00"
+    assert spearman_text(schedules((1, 1.0), (2, None))) == "n/a (fewer than two ran)"
+    assert spearman_text(schedules((5, 1.0), (5, 2.0), (5, 1.5))) == (
+        "n/a (the model prices them all the same)")
+    assert spearman_text(schedules((1, 2.0), (2, 2.0))) == "n/a (they all ran in the same time)"
+    assert "n/a (the model prices them all the same)" in measured_line(
+        schedules((5, 1.0), (5, 2.0)))
