@@ -24,9 +24,18 @@ from synth.limits import MAX_QUANTITY, MAX_SIZE, to_int
 # tree); the test suite sets it so that every test, and every process a test starts, sees
 # the same CPU on any machine (tests/conftest.py).
 FSROOT = Path(os.environ.get("SYNTH_FSROOT") or "/")
-# Where Linux describes the caches of the first CPU; read by `detect_cache_size`. A module
-# attribute (not a default argument) so tests can point it at a fake tree.
-CACHE_DIR = FSROOT / "sys/devices/system/cpu/cpu0/cache"
+
+
+def machine_files(root: Path) -> tuple[Path, Path]:
+    """Where Linux describes the machine, under `root` (standing for `/`): the CPU's
+    flags (/proc/cpuinfo) and the first CPU's caches (sysfs)."""
+    return root / "proc" / "cpuinfo", root / "sys" / "devices" / "system" / "cpu" / "cpu0" / \
+        "cache"
+
+
+# Where the caches and the flags are read (`detect_cache_size`, `vector_isa`). Module
+# attributes (not default arguments) so tests can point them at a fake tree.
+CPUINFO, CACHE_DIR = machine_files(FSROOT)
 
 # `detect = ...` values: the cache level and the sysfs `type` values that count as a match.
 DETECT_KINDS: dict[str, tuple[int, frozenset[str]]] = {
@@ -204,9 +213,6 @@ def _parse_sysfs_size(text: str) -> int:
     return int(digits) * multiplier
 
 
-# Where Linux lists the CPU's instruction-set flags; read by `vector_isa`. A module attribute
-# so tests can point it at a fake file.
-CPUINFO = FSROOT / "proc/cpuinfo"
 # (flag, vector registers, bytes per vector register), widest first
 _VECTOR_ISAS = (("avx512f", 32, 64), ("avx", 16, 32))
 _BASELINE_ISA = (16, 16)  # x86-64's SSE2 (and a safe guess elsewhere): 16 x 16 bytes

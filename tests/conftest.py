@@ -58,10 +58,9 @@ class FakeMachine:
     def write(self, root: Path) -> tuple[Path, Path]:
         """The fake /proc/cpuinfo and cpu0/cache directory under `root`, which stands for
         `/` (`SYNTH_FSROOT`)."""
-        cpuinfo = root / "proc" / "cpuinfo"
+        cpuinfo, cache = hwunits.machine_files(root)
         cpuinfo.parent.mkdir(parents=True, exist_ok=True)
         cpuinfo.write_text(f"processor\t: 0\nflags\t\t: {self.flags}\n")
-        cache = root / "sys" / "devices" / "system" / "cpu" / "cpu0" / "cache"
         for index, (level, kind, size, ways) in enumerate(self.caches):
             entry = cache / f"index{index}"
             entry.mkdir(parents=True, exist_ok=True)
@@ -112,8 +111,9 @@ def the_real_machine() -> Iterator[None]:
     tests that measure this machine (`synth calibrate`)."""
     with pytest.MonkeyPatch.context() as patch:
         patch.delenv("SYNTH_FSROOT", raising=False)
-        patch.setattr(hwunits, "CPUINFO", Path("/proc/cpuinfo"))
-        patch.setattr(hwunits, "CACHE_DIR", Path("/sys/devices/system/cpu/cpu0/cache"))
+        cpuinfo, cache = hwunits.machine_files(Path("/"))
+        patch.setattr(hwunits, "CPUINFO", cpuinfo)
+        patch.setattr(hwunits, "CACHE_DIR", cache)
         yield
 
 
