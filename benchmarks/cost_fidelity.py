@@ -362,8 +362,9 @@ def calibrated(directory: Path, log: Any, one_thread: bool = False) -> str:
           f"clock {cal.clock_hz / 1e9:.2f} GHz, exp {cal.cycles['exp']:.1f} cycles/vector, "
           f"FMA latency {cal.latency_cycles['fma']:.1f}, add {cal.latency_cycles['add']:.1f}, "
           f"fold {cal.fold_cycles:.1f} (shuffle {shuffle_cycles(cal):.2f}), gather "
-          f"{cal.gather_cycles:.1f}, broadcast {cal.broadcast_cycles:.2f}, registers' exposed "
-          f"share {exposed_share(cal):.2f}; L1, L2, L3, DRAM reads {cal.bandwidth['L1d']:.1f}, "
+          f"{cal.gather_cycles:.1f}, broadcast {cal.broadcast_cycles:.2f}, a tight GEMM "
+          f"loop's exposed share {exposed_share(cal):.2f}; L1, L2, L3, DRAM reads "
+          f"{cal.bandwidth['L1d']:.1f}, "
           f"{cal.bandwidth['L2']:.1f}, {cal.bandwidth['L3']:.1f}, "
           f"{cal.bandwidth['DRAM']:.1f} B/cycle, a DRAM run {cal.run_cycles:.1f} cycles",
           file=log, flush=True)

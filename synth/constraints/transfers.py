@@ -225,8 +225,10 @@ def aliased_moves(kt: KernelTerms, workload: Workload, use: TensorUse, mem: Memo
     if vector not in use.indices[:-1]:  # not gathered: a strip walked down its rows?
         return strip_moves(kt, use, mem, slot, inner, itemsize, held, normal)
     width = max(roofline.lanes(s, vector, workload, kt.hw.compute) for s in kt.kernel.statements)
-    if held >= width:  # priced only where no tile of whole vectors fits (a select on the
-        return normal  # rows made CP-SAT time out on layernorm at D=256: RESULTS.md)
+    if held >= width:  # a vector's rows stay; more rows walked at once than stay do not
+        elements = max(mem.rules.multiple // itemsize, 1)  # a line's
+        few = ex.Cmp(walked_rows(kt, vector, use.indices[-1], elements), "<=", ex.const(held))
+        return ex.select(few, normal, lines_again(kt, use, mem, inner, itemsize, held))
     aliased = roofline.whole_vectors(kt.tile(vector, len(kt.slots) - 1), width,
                                      kt.factors.domains)
     if aliased is False:
@@ -362,25 +364,52 @@ def walked_moves(kt: KernelTerms, use: TensorUse, mem: Memory, slot: int, inner:
     62, 109 and 122 cycles at R = 16, 32, 64 and 128 or more (14-21 where rows do not
     alias)."""
     line = itemsize if use.written else max(mem.rules.multiple, itemsize)
-    whole = max(mem.rules.multiple, itemsize)
-    sets = held // mem.ways
     elements = max(mem.rules.multiple // itemsize, 1)  # a line's
     few = ex.Cmp(walked_rows(kt, vector, use.indices[-1], elements), "<=", ex.const(width))
     fills = scattered(kt, use, mem)  # written: a line in and back out at the parent's rate
-    own = tensor_transfer_cost(kt, use, fills, inner, line)
-    aliased_ps = (mem.aliased_write_ps if use.written else mem.aliased_read_ps) // sets
+    many = lines_again(kt, use, mem, inner, itemsize, held)
+    aliased_ps = aliased_line_ps(use, mem, held)
+    if not aliased_ps or not use.written:
+        return ex.select(few, tensor_transfer_cost(kt, use, fills, inner, line), many)
+    share = round(aliased_ps * (width - held) / width)  # the lanes past the rows that stay
+    return ex.select(few, at_line_price(kt, use, mem, inner, itemsize, share), many)
+
+
+def lines_again(kt: KernelTerms, use: TensorUse, mem: Memory, inner: int, itemsize: int,
+                held: int) -> ex.Int:
+    """`use`'s moves into `mem` where the loop nest walks more of its aliasing rows at once
+    than the `held` that stay (`walked_moves`, `aliased_moves`): each register tile (at
+    slot `inner`) moves its own lines again, each at `mem`'s aliased price over the sets
+    the rows spread over and at least the parent's fill rate (no prefetcher follows rows
+    a page apart); at that rate alone where the model has no aliased price."""
+    aliased_ps = aliased_line_ps(use, mem, held)
     if not aliased_ps:
-        return ex.select(few, own, tensor_transfer_cost(kt, use, unprefetched(kt, mem, fills),
-                                                         inner, line))
-    floor = fills.ps_per_byte * whole * (int(use.read) + int(use.written))  # a line's
-
-    def at(line_ps: int) -> ex.Int:  # each register tile's lines at `line_ps` at least
-        return tensor_transfer_cost(kt, use, per_line(mem, use, max(line_ps, floor), whole),
+        line = itemsize if use.written else max(mem.rules.multiple, itemsize)
+        return tensor_transfer_cost(kt, use, unprefetched(kt, mem, scattered(kt, use, mem)),
                                     inner, line)
-
-    fresh = at(round(aliased_ps * (width - held) / width)) if use.written else own
     parent = kt.hw.parent(mem)
-    return ex.select(few, fresh, at(max(aliased_ps, parent.ps_per_byte * whole)))
+    whole = max(mem.rules.multiple, itemsize)
+    return at_line_price(kt, use, mem, inner, itemsize,
+                         max(aliased_ps, parent.ps_per_byte * whole))
+
+
+def aliased_line_ps(use: TensorUse, mem: Memory, held: int) -> int:
+    """`mem`'s aliased price of a line (`aliased_write` where the kernel writes `use`),
+    over the sets rows that alias spread over (`held` of them stay, `ways` a set)."""
+    price = mem.aliased_write_ps if use.written else mem.aliased_read_ps
+    return price // (held // mem.ways)
+
+
+def at_line_price(kt: KernelTerms, use: TensorUse, mem: Memory, inner: int, itemsize: int,
+                  line_ps: int) -> ex.Int:
+    """`use`'s moves into `mem` as each register tile's lines at `line_ps` each, at least
+    a line's time at the rate its fills come at (`scattered`; both ways where the kernel
+    reads and writes it)."""
+    line = itemsize if use.written else max(mem.rules.multiple, itemsize)
+    whole = max(mem.rules.multiple, itemsize)
+    floor = scattered(kt, use, mem).ps_per_byte * whole * (int(use.read) + int(use.written))
+    return tensor_transfer_cost(kt, use, per_line(mem, use, max(line_ps, floor), whole),
+                                inner, line)
 
 
 def walked_rows(kt: KernelTerms, rows: str, column: str, line: int,
