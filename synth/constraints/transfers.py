@@ -226,9 +226,8 @@ def aliased_moves(kt: KernelTerms, workload: Workload, use: TensorUse, mem: Memo
         return strip_moves(kt, use, mem, slot, inner, itemsize, held, normal)
     width = max(roofline.lanes(s, vector, workload, kt.hw.compute) for s in kt.kernel.statements)
     if held >= width:  # a vector's rows stay; more rows walked at once than stay do not
-        elements = max(mem.rules.multiple // itemsize, 1)  # a line's
-        few = ex.Cmp(walked_rows(kt, vector, use.indices[-1], elements), "<=", ex.const(held))
-        return ex.select(few, normal, lines_again(kt, use, mem, inner, itemsize, held))
+        return ex.select(walks_at_most(kt, use, mem, vector, itemsize, held), normal,
+                         lines_again(kt, use, mem, inner, itemsize, held))
     aliased = roofline.whole_vectors(kt.tile(vector, len(kt.slots) - 1), width,
                                      kt.factors.domains)
     if aliased is False:
@@ -287,11 +286,10 @@ def strip_moves(kt: KernelTerms, use: TensorUse, mem: Memory, slot: int, inner: 
 
     One select, on the rows; a memory without `aliased_read`/`aliased_write` prices every
     line alike."""
-    line_ps = mem.aliased_write_ps if use.written else mem.aliased_read_ps
+    line_ps = aliased_line_ps(use, mem, held)  # misses to as many sets overlap
     if not line_ps:
         return normal
-    line = max(mem.rules.multiple, itemsize)
-    line_ps //= held // mem.ways  # misses to as many sets overlap
+    line = line_bytes(mem, itemsize)
     rows, last = use.indices[-2], use.indices[-1]
     # more rows than stay, in the tile or walked by the loops around it before they step
     # to the rows' next line
@@ -363,14 +361,13 @@ def walked_moves(kt: KernelTerms, use: TensorUse, mem: Memory, slot: int, inner:
     took 1.1-1.8 cycles each at R <= 12, 7.8 at 16, 25 at 32; a gather of 16 lanes 34,
     62, 109 and 122 cycles at R = 16, 32, 64 and 128 or more (14-21 where rows do not
     alias)."""
-    line = itemsize if use.written else max(mem.rules.multiple, itemsize)
-    elements = max(mem.rules.multiple // itemsize, 1)  # a line's
-    few = ex.Cmp(walked_rows(kt, vector, use.indices[-1], elements), "<=", ex.const(width))
+    few = walks_at_most(kt, use, mem, vector, itemsize, width)
     fills = scattered(kt, use, mem)  # written: a line in and back out at the parent's rate
     many = lines_again(kt, use, mem, inner, itemsize, held)
     aliased_ps = aliased_line_ps(use, mem, held)
     if not aliased_ps or not use.written:
-        return ex.select(few, tensor_transfer_cost(kt, use, fills, inner, line), many)
+        return ex.select(few, tensor_transfer_cost(kt, use, fills, inner,
+                                                   element_moves(use, mem, itemsize)), many)
     share = round(aliased_ps * (width - held) / width)  # the lanes past the rows that stay
     return ex.select(few, at_line_price(kt, use, mem, inner, itemsize, share), many)
 
@@ -384,13 +381,30 @@ def lines_again(kt: KernelTerms, use: TensorUse, mem: Memory, inner: int, itemsi
     a page apart); at that rate alone where the model has no aliased price."""
     aliased_ps = aliased_line_ps(use, mem, held)
     if not aliased_ps:
-        line = itemsize if use.written else max(mem.rules.multiple, itemsize)
         return tensor_transfer_cost(kt, use, unprefetched(kt, mem, scattered(kt, use, mem)),
-                                    inner, line)
+                                    inner, element_moves(use, mem, itemsize))
     parent = kt.hw.parent(mem)
-    whole = max(mem.rules.multiple, itemsize)
     return at_line_price(kt, use, mem, inner, itemsize,
-                         max(aliased_ps, parent.ps_per_byte * whole))
+                         max(aliased_ps, parent.ps_per_byte * line_bytes(mem, itemsize)))
+
+
+def walks_at_most(kt: KernelTerms, use: TensorUse, mem: Memory, vector: str, itemsize: int,
+                  rows: int) -> ex.Cond:
+    """Whether the loop nest walks at most `rows` of `use`'s rows before it comes back to
+    a line of `mem` (`walked_rows`)."""
+    elements = max(mem.rules.multiple // itemsize, 1)  # a line's
+    return ex.Cmp(walked_rows(kt, vector, use.indices[-1], elements), "<=", ex.const(rows))
+
+
+def line_bytes(mem: Memory, itemsize: int) -> int:
+    """A line of `mem` (its transfer multiple), at least an element."""
+    return max(mem.rules.multiple, itemsize)
+
+
+def element_moves(use: TensorUse, mem: Memory, itemsize: int) -> int:
+    """Bytes an element of a tile whose rows alias moves: a whole line read, itself
+    written (lane by lane; `scattered` prices the line it brings)."""
+    return itemsize if use.written else line_bytes(mem, itemsize)
 
 
 def aliased_line_ps(use: TensorUse, mem: Memory, held: int) -> int:
@@ -405,11 +419,10 @@ def at_line_price(kt: KernelTerms, use: TensorUse, mem: Memory, inner: int, item
     """`use`'s moves into `mem` as each register tile's lines at `line_ps` each, at least
     a line's time at the rate its fills come at (`scattered`; both ways where the kernel
     reads and writes it)."""
-    line = itemsize if use.written else max(mem.rules.multiple, itemsize)
-    whole = max(mem.rules.multiple, itemsize)
+    whole = line_bytes(mem, itemsize)
     floor = scattered(kt, use, mem).ps_per_byte * whole * (int(use.read) + int(use.written))
     return tensor_transfer_cost(kt, use, per_line(mem, use, max(line_ps, floor), whole),
-                                inner, line)
+                                inner, element_moves(use, mem, itemsize))
 
 
 def walked_rows(kt: KernelTerms, rows: str, column: str, line: int,

@@ -181,8 +181,8 @@ def build_from_units(builds: Sequence[tuple[Path, Mapping[str, str]]], objects: 
     if not builds:
         return
     objects.mkdir(parents=True, exist_ok=True)
-    named = [(out, [_digest(text) for text in units.values()]) for out, units in builds]
-    sources = {_digest(text): text for _, units in builds for text in units.values()}
+    named = [(out, {_digest(text): text for text in units.values()}) for out, units in builds]
+    sources = {digest: text for _, units in named for digest, text in units.items()}
     shutil.copyfile(header, objects / header.name)
     subprocess.run([*compiler, f"-DSYNTH_VB={vector_bytes}", "-x", "c-header", "-o",
                     str(objects / f"{header.name}.gch"), str(objects / header.name)],
@@ -194,7 +194,7 @@ def build_from_units(builds: Sequence[tuple[Path, Mapping[str, str]]], objects: 
         return subprocess.run([*compiler, "-c", "-o", str(objects / f"{digest}.o"),
                                str(source)], capture_output=True).returncode == 0
 
-    def link(out: Path, digests: list[str]) -> None:
+    def link(out: Path, digests: Sequence[str]) -> None:
         subprocess.run([*compiler, "-o", str(out / LIBRARY),
                         *(str(objects / f"{d}.o") for d in digests), "-lm"],
                        capture_output=True)
@@ -202,8 +202,8 @@ def build_from_units(builds: Sequence[tuple[Path, Mapping[str, str]]], objects: 
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
         built = dict(zip(sources, pool.map(compile_unit, sources), strict=True))
         list(pool.map(lambda job: link(*job),
-                      [(out, digests) for out, digests in named
-                       if all(built[d] for d in digests)]))
+                      [(out, list(units)) for out, units in named
+                       if all(built[d] for d in units)]))
 
 
 def _digest(text: str) -> str:
